@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build a systemd-ready Debian test image with debootstrap and `docker import` (no registry here).
+# The tag carries a hash of this recipe, so an image is rebuilt only when the recipe changes;
+# a stable alias (dlinfra-test/debian:RELEASE) is what molecule and the simulated lab use.
+set -euo pipefail
+
+release=${1:?usage: build-image.sh bookworm|trixie}
+repo=dlinfra-test/debian
+packages=python3,python3-apt,python3-debian,systemd,systemd-sysv,sudo,ca-certificates,gnupg,iproute2,pciutils
+
+recipe_hash=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-12)
+tag="$repo:$release-$recipe_hash"
+alias="$repo:$release"
+
+if docker image inspect "$tag" >/dev/null 2>&1; then
+  docker tag "$tag" "$alias"
+  echo "build-image: $tag is current"
+  exit 0
+fi
+
+# The host's own Debian mirror (deb822 `URIs:` or a one-line `deb` entry), never a hard-coded host.
+mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+if [ -z "$mirror" ]; then
+  mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+fi
+[ -n "$mirror" ] || { echo "build-image: no Debian mirror found in the host's apt sources" >&2; exit 1; }
+
+command -v debootstrap >/dev/null || {
+  [ "$(id -u)" -eq 0 ] || { echo "build-image: debootstrap is missing: sudo apt-get install debootstrap" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+}
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-$release.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+echo "build-image: debootstrap $release from $mirror"
+debootstrap --variant=minbase --include="$packages" "$release" "$root" "$mirror" >"$root.log" 2>&1 || {
+  tail -n 20 "$root.log" >&2
+  exit 1
+}
+rm -f "$root.log"
+
+# A container has no console to getty on, and machine-id must be unique per container.
+chroot "$root" systemctl mask getty@tty1.service serial-getty@ttyS0.service console-getty.service systemd-remount-fs.service >/dev/null 2>&1 || true
+: >"$root/etc/machine-id"
+chroot "$root" apt-get clean
+rm -rf "$root"/var/lib/apt/lists/*
+
+tar -C "$root" -c . | docker import \
+  --change 'CMD ["/lib/systemd/systemd"]' \
+  --change 'ENV container=docker' \
+  --change "LABEL org.dlinfra.recipe=$recipe_hash" \
+  - "$tag" >/dev/null
+docker tag "$tag" "$alias"
+echo "build-image: built $tag"
