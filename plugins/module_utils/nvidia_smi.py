@@ -1,0 +1,215 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Pure helpers that read NVIDIA GPU state: nvidia-smi XML, sysfs PCI entries and the driver's version files.
+
+Nothing here runs a command or needs Ansible, so modules, filters and tests can share it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ElementTree
+
+NVIDIA_PCI_VENDOR = 0x10DE
+# PCI base class + subclass (the upper 16 bits of the 24-bit class code in sysfs).
+GPU_PCI_CLASSES = (0x0300, 0x0302)  # VGA compatible controller, 3D controller
+NVSWITCH_PCI_CLASS = 0x0680  # "other bridge": how NVSwitch chips enumerate on DGX/HGX boards
+
+DRIVER_STATES = ("ok", "no_gpu", "not_installed", "not_loaded", "version_mismatch", "error")
+
+NOT_LOADED_TEXT = "couldn't communicate with the NVIDIA driver"
+VERSION_MISMATCH_TEXT = "Driver/library version mismatch"
+# nvidia-smi exits with the NVML error code that stopped it.
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+
+_NOT_AVAILABLE = ("", "N/A", "None", "Unknown Error", "[N/A]")
+_MIB_VALUE = re.compile(r"^\s*(\d+)\s*MiB\s*$")
+_KERNEL_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+_NVML_LIBRARY_VERSION = re.compile(r"NVML library version:\s*(\d+(?:\.\d+)+)")
+
+
+class NvidiaSmiParseError(ValueError):
+    """nvidia-smi printed something that is not the XML report it documents."""
+
+
+def text_value(element, path):
+    """Stripped text at `path` below `element`, or None when missing or reported as N/A."""
+    found = element.find(path)
+    if found is None or found.text is None:
+        return None
+    text = found.text.strip()
+    return None if text in _NOT_AVAILABLE else text
+
+
+def parse_mib(text):
+    """'81920 MiB' -> 81920; None for N/A or anything that is not a MiB amount."""
+    if text is None:
+        return None
+    match = _MIB_VALUE.match(text)
+    return int(match.group(1)) if match else None
+
+
+def parse_enabled(text):
+    """'Enabled' -> True, 'Disabled' -> False, None for N/A (the GPU does not support the feature)."""
+    if text == "Enabled":
+        return True
+    if text == "Disabled":
+        return False
+    return None
+
+
+def _parse_gpu(index, gpu):
+    mig_devices = gpu.find("mig_devices")
+    return {
+        "index": index,
+        "name": text_value(gpu, "product_name"),
+        "uuid": text_value(gpu, "uuid"),
+        "pci_bus_id": text_value(gpu, "pci/pci_bus_id") or gpu.get("id"),
+        "memory_total_mib": parse_mib(text_value(gpu, "fb_memory_usage/total")),
+        "persistence_mode": parse_enabled(text_value(gpu, "persistence_mode")),
+        "mig_mode_current": parse_enabled(text_value(gpu, "mig_mode/current_mig")),
+        "mig_mode_pending": parse_enabled(text_value(gpu, "mig_mode/pending_mig")),
+        "mig_device_count": 0 if mig_devices is None else len(mig_devices.findall("mig_device")),
+        "fabric_state": text_value(gpu, "fabric/state"),
+        "fabric_status": text_value(gpu, "fabric/status"),
+    }
+
+
+def parse_nvidia_smi_xml(xml_text):
+    """Driver version, CUDA version and one dict per GPU from the output of `nvidia-smi -q -x`."""
+    # The report names a DTD file that is not shipped next to it; ElementTree never fetches it.
+    try:
+        root = ElementTree.fromstring(xml_text)
+    except ElementTree.ParseError as error:
+        raise NvidiaSmiParseError("not well-formed XML (%s)" % error) from None
+    if root.tag != "nvidia_smi_log":
+        raise NvidiaSmiParseError("root element is <%s>, expected <nvidia_smi_log>" % root.tag)
+    gpus = [_parse_gpu(index, gpu) for index, gpu in enumerate(root.findall("gpu"))]
+    return {
+        "driver_version": text_value(root, "driver_version"),
+        "cuda_version": text_value(root, "cuda_version"),
+        "gpus": gpus,
+    }
+
+
+def parse_kernel_module_version(proc_version_text):
+    """Version of the loaded kernel module from /proc/driver/nvidia/version (proprietary or open flavour)."""
+    match = _KERNEL_MODULE_VERSION.search(proc_version_text or "")
+    return match.group(1) if match else None
+
+
+def parse_nvml_library_version(nvidia_smi_output):
+    """The user-space library version newer drivers print under a version mismatch error, else None."""
+    match = _NVML_LIBRARY_VERSION.search(nvidia_smi_output or "")
+    return match.group(1) if match else None
+
+
+def versions_match(first, second):
+    """Compare dotted versions on the components both carry: '535.183' matches '535.183.01'."""
+    first_parts, second_parts = first.split("."), second.split(".")
+    shared = min(len(first_parts), len(second_parts))
+    return first_parts[:shared] == second_parts[:shared]
+
+
+def _read_hex(path):
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def scan_pci_devices(sysfs_root):
+    """NVIDIA GPUs and NVSwitches from <sysfs_root>/bus/pci/devices, as two lists sorted by PCI address.
+
+    Other NVIDIA functions (the HDMI audio and USB-C controllers of consumer boards, Grace root ports)
+    have other classes and are left out.
+    """
+    devices_dir = os.path.join(sysfs_root, "bus", "pci", "devices")
+    gpus, nvswitches = [], []
+    try:
+        addresses = sorted(os.listdir(devices_dir))
+    except OSError:
+        return gpus, nvswitches
+    for address in addresses:
+        device_dir = os.path.join(devices_dir, address)
+        if _read_hex(os.path.join(device_dir, "vendor")) != NVIDIA_PCI_VENDOR:
+            continue
+        pci_class = _read_hex(os.path.join(device_dir, "class"))
+        if pci_class is None:
+            continue
+        device_id = _read_hex(os.path.join(device_dir, "device"))
+        entry = {
+            "address": address,
+            "device_id": None if device_id is None else "0x%04x" % device_id,
+            "class": "0x%06x" % pci_class,
+        }
+        if pci_class >> 8 in GPU_PCI_CLASSES:
+            gpus.append(entry)
+        elif pci_class >> 8 == NVSWITCH_PCI_CLASS:
+            nvswitches.append(entry)
+    return gpus, nvswitches
+
+
+def classify_driver_state(pci_gpu_count, nvidia_smi_found, nvidia_smi_rc=None, nvidia_smi_output="",
+                          kernel_module_version=None, nouveau_loaded=False, reported_driver_version=None):
+    """Decide the driver state from what was observed.
+
+    pci_gpu_count: NVIDIA GPUs seen on PCI. nvidia_smi_found: whether the binary exists; when it does,
+    nvidia_smi_rc/nvidia_smi_output are from `nvidia-smi -q -x`. kernel_module_version: from
+    /proc/driver/nvidia/version (None when the module is not loaded). reported_driver_version: the
+    driver version in nvidia-smi's XML when it succeeded.
+
+    Returns a dict with driver_state, message (what it means and what to do; None when ok),
+    reboot_required and library_version (the user-space version, where it is known).
+    """
+    output = (nvidia_smi_output or "").strip()
+    if nvidia_smi_found and nvidia_smi_rc == 0:
+        library_version = reported_driver_version
+        if kernel_module_version and library_version and not versions_match(kernel_module_version, library_version):
+            return _state("version_mismatch", True, library_version,
+                          "the loaded kernel module is %s but nvidia-smi reports driver %s; reboot to load the installed driver"
+                          % (kernel_module_version, library_version))
+        return _state("ok", False, library_version, None)
+
+    if pci_gpu_count == 0:
+        return _state("no_gpu", False, None, "no NVIDIA GPU (PCI vendor 0x10de, class 0x0300 or 0x0302) is present on this host")
+
+    if not nvidia_smi_found:
+        loaded = " (kernel module %s is loaded: install the nvidia-smi package of that version)" % kernel_module_version \
+            if kernel_module_version else ""
+        return _state("not_installed", False, None,
+                      "%d NVIDIA GPU(s) on PCI but no nvidia-smi binary%s; install the NVIDIA driver" % (pci_gpu_count, loaded))
+
+    library_version = parse_nvml_library_version(output)
+    mismatch_reported = VERSION_MISMATCH_TEXT in output or nvidia_smi_rc == NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    mismatch_seen = bool(kernel_module_version and library_version and not versions_match(kernel_module_version, library_version))
+    if mismatch_reported or mismatch_seen:
+        versions = ""
+        if kernel_module_version or library_version:
+            versions = " (kernel module %s, user-space library %s)" % (kernel_module_version or "unknown", library_version or "unknown")
+        return _state("version_mismatch", True, library_version,
+                      "the loaded kernel module and the installed user-space driver differ%s; reboot to load the installed driver"
+                      % versions)
+
+    if NOT_LOADED_TEXT in output or nvidia_smi_rc == NVML_ERROR_DRIVER_NOT_LOADED or not kernel_module_version:
+        if nouveau_loaded:
+            return _state("not_loaded", True, None,
+                          "the nvidia kernel module is not loaded and nouveau holds the GPU; blacklist nouveau, rebuild the "
+                          "initramfs and reboot")
+        return _state("not_loaded", False, None,
+                      "the nvidia kernel module is not loaded; run 'modprobe nvidia' and read dmesg if it fails "
+                      "(Secure Boot signing and a missing DKMS build for the running kernel are the usual causes)")
+
+    return _state("error", False, None, "nvidia-smi exited with %s: %s" % (nvidia_smi_rc, output or "(no output)"))
+
+
+def _state(driver_state, reboot_required, library_version, message):
+    return {
+        "driver_state": driver_state,
+        "message": message,
+        "reboot_required": reboot_required,
+        "library_version": library_version,
+    }

@@ -1,0 +1,245 @@
+import pathlib
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiParseError,
+    classify_driver_state,
+    parse_enabled,
+    parse_kernel_module_version,
+    parse_mib,
+    parse_nvidia_smi_xml,
+    parse_nvml_library_version,
+    scan_pci_devices,
+    versions_match,
+)
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "nvidia_smi"
+
+
+def fixture_text(name):
+    return (FIXTURES / name).read_text()
+
+
+def build_sysfs(root, pci_table):
+    """A fake sysfs with one /bus/pci/devices/<address>/{vendor,device,class} per line of a pci_*.txt fixture."""
+    for line in fixture_text(pci_table).splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        address, vendor, device, pci_class = line.split()
+        device_dir = root / "bus" / "pci" / "devices" / address
+        device_dir.mkdir(parents=True)
+        for name, value in (("vendor", vendor), ("device", device), ("class", pci_class)):
+            (device_dir / name).write_text(value + "\n")
+    return root
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("81920 MiB", 81920),
+    ("24576 MiB", 24576),
+    ("0 MiB", 0),
+    (None, None),
+    ("N/A", None),
+    ("81920 GiB", None),
+])
+def test_parse_mib(text, expected):
+    assert parse_mib(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [("Enabled", True), ("Disabled", False), (None, None), ("N/A", None)])
+def test_parse_enabled(text, expected):
+    assert parse_enabled(text) == expected
+
+
+@pytest.mark.parametrize("fixture, driver, cuda, count, first", [
+    ("dgx_a100_8x_a100_sxm4_80gb.xml", "535.54.03", "12.2", 8, {
+        "index": 0, "name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-6f1c2b0e-3a2d-5c1e-8f4b-2d7a9e0c1b11",
+        "pci_bus_id": "00000000:07:00.0", "memory_total_mib": 81920, "persistence_mode": True,
+        "mig_mode_current": False, "mig_mode_pending": False, "mig_device_count": 0, "fabric_state": None, "fabric_status": None}),
+    ("dgx1_8x_tesla_v100_sxm2_32gb.xml", "470.161.03", "11.4", 8, {
+        "index": 0, "name": "Tesla V100-SXM2-32GB", "uuid": "GPU-5d1a8c3e-27f4-b9e0-6a1d-3c8f2e7b4a01",
+        "pci_bus_id": "00000000:06:00.0", "memory_total_mib": 32510, "persistence_mode": False,
+        "mig_mode_current": None, "mig_mode_pending": None, "mig_device_count": 0, "fabric_state": None, "fabric_status": None}),
+    ("geforce_rtx_3090_single.xml", "525.147.05", "12.0", 1, {
+        "index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-d2c5e8a1-4b7f-3e9c-a6d0-1f8b5c2e9a47",
+        "pci_bus_id": "00000000:01:00.0", "memory_total_mib": 24576, "persistence_mode": True,
+        "mig_mode_current": None, "mig_mode_pending": None, "mig_device_count": 0, "fabric_state": None, "fabric_status": None}),
+    ("hgx_h100_2x_h100_80gb_hbm3_mig.xml", "535.129.03", "12.2", 2, {
+        "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-3c8e1f4a-9b2d-6e7f-a1c3-5d4b8e2f0a19",
+        "pci_bus_id": "00000000:18:00.0", "memory_total_mib": 81559, "persistence_mode": True,
+        "mig_mode_current": True, "mig_mode_pending": True, "mig_device_count": 2, "fabric_state": "Completed", "fabric_status": "Success"}),
+])
+def test_parse_nvidia_smi_xml_reads_each_model(fixture, driver, cuda, count, first):
+    report = parse_nvidia_smi_xml(fixture_text(fixture))
+    assert report["driver_version"] == driver
+    assert report["cuda_version"] == cuda
+    assert len(report["gpus"]) == count
+    assert report["gpus"][0] == first
+    assert [gpu["index"] for gpu in report["gpus"]] == list(range(count))
+
+
+def test_parse_nvidia_smi_xml_keeps_nvidia_smi_order_and_bus_ids():
+    gpus = parse_nvidia_smi_xml(fixture_text("dgx_a100_8x_a100_sxm4_80gb.xml"))["gpus"]
+    assert [gpu["pci_bus_id"] for gpu in gpus] == [
+        "00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0", "00000000:4E:00.0",
+        "00000000:87:00.0", "00000000:90:00.0", "00000000:B7:00.0", "00000000:BD:00.0"]
+    assert len({gpu["uuid"] for gpu in gpus}) == 8
+
+
+def test_parse_nvidia_smi_xml_mig_pending_differs_from_current():
+    second = parse_nvidia_smi_xml(fixture_text("hgx_h100_2x_h100_80gb_hbm3_mig.xml"))["gpus"][1]
+    assert (second["mig_mode_current"], second["mig_mode_pending"], second["mig_device_count"]) == (False, True, 0)
+
+
+def test_parse_nvidia_smi_xml_without_cuda_version_element():
+    report = parse_nvidia_smi_xml("<nvidia_smi_log><driver_version>390.157</driver_version><attached_gpus>0</attached_gpus></nvidia_smi_log>")
+    assert report == {"driver_version": "390.157", "cuda_version": None, "gpus": []}
+
+
+def test_parse_nvidia_smi_xml_falls_back_to_gpu_id_attribute():
+    report = parse_nvidia_smi_xml('<nvidia_smi_log><gpu id="00000000:3B:00.0"><product_name>X</product_name></gpu></nvidia_smi_log>')
+    assert report["gpus"][0]["pci_bus_id"] == "00000000:3B:00.0"
+    assert report["gpus"][0]["memory_total_mib"] is None
+
+
+@pytest.mark.parametrize("text, message", [
+    (fixture_text("nvidia_smi_truncated.xml"), "not well-formed XML"),
+    (fixture_text("nvidia_smi_driver_not_loaded.txt"), "not well-formed XML"),
+    ("", "not well-formed XML"),
+    ("<?xml version='1.0'?><html><body/></html>", "root element is <html>, expected <nvidia_smi_log>"),
+])
+def test_parse_nvidia_smi_xml_rejects_what_is_not_a_report(text, message):
+    with pytest.raises(NvidiaSmiParseError, match=message):
+        parse_nvidia_smi_xml(text)
+
+
+@pytest.mark.parametrize("fixture, expected", [
+    ("proc_driver_nvidia_version_proprietary.txt", "535.54.03"),
+    ("proc_driver_nvidia_version_open.txt", "535.129.03"),
+])
+def test_parse_kernel_module_version(fixture, expected):
+    assert parse_kernel_module_version(fixture_text(fixture)) == expected
+
+
+@pytest.mark.parametrize("text", [None, "", "GCC version:  gcc version 12.2.0\n"])
+def test_parse_kernel_module_version_without_a_version(text):
+    assert parse_kernel_module_version(text) is None
+
+
+@pytest.mark.parametrize("fixture, expected", [
+    ("nvidia_smi_version_mismatch.txt", "535.183"),
+    ("nvidia_smi_version_mismatch_no_library_line.txt", None),
+    ("nvidia_smi_driver_not_loaded.txt", None),
+])
+def test_parse_nvml_library_version(fixture, expected):
+    assert parse_nvml_library_version(fixture_text(fixture)) == expected
+
+
+@pytest.mark.parametrize("first, second, expected", [
+    ("535.183", "535.183.01", True),
+    ("535.54.03", "535.54.03", True),
+    ("535.183", "535.161.08", False),
+    ("550.163.01", "535.261.03", False),
+])
+def test_versions_match(first, second, expected):
+    assert versions_match(first, second) is expected
+    assert versions_match(second, first) is expected
+
+
+@pytest.mark.parametrize("pci_table, gpu_addresses, gpu_device_ids, nvswitch_addresses", [
+    ("pci_dgx_a100.txt",
+     ["0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0", "0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"],
+     {"0x20b2"}, ["0000:c1:00.0", "0000:c2:00.0", "0000:c3:00.0", "0000:c4:00.0", "0000:c5:00.0", "0000:c6:00.0"]),
+    ("pci_dgx1_v100.txt",
+     ["0000:06:00.0", "0000:07:00.0", "0000:0a:00.0", "0000:0b:00.0", "0000:85:00.0", "0000:86:00.0", "0000:89:00.0", "0000:8a:00.0"],
+     {"0x1db5"}, []),
+    ("pci_hgx_h100.txt", ["0000:18:00.0", "0000:2a:00.0"], {"0x2330"},
+     ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]),
+    ("pci_desktop_rtx_3090.txt", ["0000:01:00.0"], {"0x2204"}, []),
+    ("pci_vm_without_nvidia.txt", [], set(), []),
+])
+def test_scan_pci_devices(tmp_path, pci_table, gpu_addresses, gpu_device_ids, nvswitch_addresses):
+    gpus, nvswitches = scan_pci_devices(str(build_sysfs(tmp_path, pci_table)))
+    assert [gpu["address"] for gpu in gpus] == gpu_addresses
+    assert {gpu["device_id"] for gpu in gpus} == gpu_device_ids
+    assert [switch["address"] for switch in nvswitches] == nvswitch_addresses
+    assert all(switch["class"] == "0x068000" for switch in nvswitches)
+
+
+def test_scan_pci_devices_reports_class_of_consumer_and_datacenter_gpus(tmp_path):
+    gpus, _ = scan_pci_devices(str(build_sysfs(tmp_path, "pci_desktop_rtx_3090.txt")))
+    assert gpus == [{"address": "0000:01:00.0", "device_id": "0x2204", "class": "0x030000"}]
+
+
+def test_scan_pci_devices_without_pci_bus(tmp_path):
+    assert scan_pci_devices(str(tmp_path)) == ([], [])
+
+
+def test_scan_pci_devices_skips_unreadable_entries(tmp_path):
+    build_sysfs(tmp_path, "pci_desktop_rtx_3090.txt")
+    broken = tmp_path / "bus" / "pci" / "devices" / "0000:02:00.0"
+    broken.mkdir()
+    (broken / "vendor").write_text("0x10de\n")  # no class file: a device being removed
+    gpus, _ = scan_pci_devices(str(tmp_path))
+    assert [gpu["address"] for gpu in gpus] == ["0000:01:00.0"]
+
+
+MISMATCH = fixture_text("nvidia_smi_version_mismatch.txt")
+MISMATCH_OLD = fixture_text("nvidia_smi_version_mismatch_no_library_line.txt")
+NOT_LOADED = fixture_text("nvidia_smi_driver_not_loaded.txt")
+NO_DEVICES = fixture_text("nvidia_smi_no_devices.txt")
+
+
+@pytest.mark.parametrize("observed, state, reboot, library_version", [
+    # nvidia-smi answered: ok, even where sysfs shows no GPU (a container without the host's /sys).
+    (dict(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=0, kernel_module_version="535.54.03",
+          reported_driver_version="535.54.03"), "ok", False, "535.54.03"),
+    (dict(pci_gpu_count=0, nvidia_smi_found=True, nvidia_smi_rc=0, reported_driver_version="535.54.03"), "ok", False, "535.54.03"),
+    # nvidia-smi answered with a driver version other than the loaded module's.
+    (dict(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=0, kernel_module_version="535.129.03",
+          reported_driver_version="535.54.03"), "version_mismatch", True, "535.54.03"),
+    (dict(pci_gpu_count=0, nvidia_smi_found=False), "no_gpu", False, None),
+    # The driver packages in a container on a host without a GPU: no GPU wins over the driver's complaint.
+    (dict(pci_gpu_count=0, nvidia_smi_found=True, nvidia_smi_rc=9, nvidia_smi_output=NOT_LOADED), "no_gpu", False, None),
+    (dict(pci_gpu_count=1, nvidia_smi_found=False), "not_installed", False, None),
+    (dict(pci_gpu_count=1, nvidia_smi_found=False, kernel_module_version="535.54.03"), "not_installed", False, None),
+    (dict(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=9, nvidia_smi_output=NOT_LOADED), "not_loaded", False, None),
+    (dict(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=9, nvidia_smi_output=NOT_LOADED, nouveau_loaded=True),
+     "not_loaded", True, None),
+    # Exit code alone, output lost.
+    (dict(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=9, nvidia_smi_output="", kernel_module_version=None), "not_loaded", False, None),
+    (dict(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=18, nvidia_smi_output=MISMATCH, kernel_module_version="535.161.08"),
+     "version_mismatch", True, "535.183"),
+    (dict(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=18, nvidia_smi_output=MISMATCH_OLD, kernel_module_version="535.161.08"),
+     "version_mismatch", True, None),
+    (dict(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=18, nvidia_smi_output=""), "version_mismatch", True, None),
+    (dict(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=6, nvidia_smi_output=NO_DEVICES, kernel_module_version="535.54.03"),
+     "error", False, None),
+    # Module not loaded and an error nvidia-smi does not explain: the missing module is the cause to fix first.
+    (dict(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=6, nvidia_smi_output=NO_DEVICES), "not_loaded", False, None),
+])
+def test_classify_driver_state(observed, state, reboot, library_version):
+    result = classify_driver_state(**observed)
+    assert result["driver_state"] == state
+    assert result["reboot_required"] is reboot
+    assert result["library_version"] == library_version
+    assert (result["message"] is None) == (state == "ok")
+
+
+def test_classify_version_mismatch_message_names_both_versions():
+    result = classify_driver_state(pci_gpu_count=8, nvidia_smi_found=True, nvidia_smi_rc=18, nvidia_smi_output=MISMATCH,
+                                   kernel_module_version="535.161.08")
+    assert result["message"] == ("the loaded kernel module and the installed user-space driver differ "
+                                 "(kernel module 535.161.08, user-space library 535.183); reboot to load the installed driver")
+
+
+def test_classify_not_installed_message_counts_gpus_and_names_loaded_module():
+    result = classify_driver_state(pci_gpu_count=8, nvidia_smi_found=False, kernel_module_version="535.54.03")
+    assert result["message"] == ("8 NVIDIA GPU(s) on PCI but no nvidia-smi binary (kernel module 535.54.03 is loaded: install the "
+                                 "nvidia-smi package of that version); install the NVIDIA driver")
+
+
+def test_classify_error_carries_nvidia_smi_output():
+    result = classify_driver_state(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=6, nvidia_smi_output=NO_DEVICES,
+                                   kernel_module_version="535.54.03")
+    assert result["message"] == "nvidia-smi exited with 6: No devices were found"
