@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-import xml.etree.ElementTree as ElementTree
+from xml.etree import ElementTree
 
 NVIDIA_PCI_VENDOR = 0x10DE
 # PCI base class + subclass (the upper 16 bits of the 24-bit class code in sysfs).

@@ -143,7 +143,7 @@ def test_parse_nvml_library_version(fixture, expected):
 ])
 def test_versions_match(first, second, expected):
     assert versions_match(first, second) is expected
-    assert versions_match(second, first) is expected
+    assert versions_match(first=second, second=first) is expected
 
 
 @pytest.mark.parametrize("pci_table, gpu_addresses, gpu_device_ids, nvswitch_addresses", [
@@ -167,7 +167,7 @@ def test_scan_pci_devices(tmp_path, pci_table, gpu_addresses, gpu_device_ids, nv
 
 
 def test_scan_pci_devices_reports_class_of_consumer_and_datacenter_gpus(tmp_path):
-    gpus, _ = scan_pci_devices(str(build_sysfs(tmp_path, "pci_desktop_rtx_3090.txt")))
+    gpus = scan_pci_devices(str(build_sysfs(tmp_path, "pci_desktop_rtx_3090.txt")))[0]
     assert gpus == [{"address": "0000:01:00.0", "device_id": "0x2204", "class": "0x030000"}]
 
 
@@ -180,7 +180,7 @@ def test_scan_pci_devices_skips_unreadable_entries(tmp_path):
     broken = tmp_path / "bus" / "pci" / "devices" / "0000:02:00.0"
     broken.mkdir()
     (broken / "vendor").write_text("0x10de\n")  # no class file: a device being removed
-    gpus, _ = scan_pci_devices(str(tmp_path))
+    gpus = scan_pci_devices(str(tmp_path))[0]
     assert [gpu["address"] for gpu in gpus] == ["0000:01:00.0"]
 
 

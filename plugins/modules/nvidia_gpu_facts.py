@@ -1,0 +1,375 @@
+#!/usr/bin/python
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_gpu_facts
+short_description: Report NVIDIA GPUs, NVSwitches and the state of the NVIDIA driver
+version_added: 0.1.0
+description:
+  - Finds NVIDIA GPUs and NVSwitches on the PCI bus through sysfs, which works with or without a driver.
+  - Runs C(nvidia-smi -q -x) when the binary exists and reads, per GPU, the name, UUID, memory, PCI bus id,
+    persistence mode and MIG mode, plus the driver and CUDA versions.
+  - Classifies the driver as V(ok), V(no_gpu), V(not_installed), V(not_loaded), V(version_mismatch) or V(error),
+    with a message that says what to do and whether a reboot is needed.
+  - Returns the result both at the top level and as the fact C(nvidia_gpu).
+  - It only reads; nothing on the host changes.
+author:
+  - dlinfra.gpu_cluster maintainers (@dlinfra)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+options:
+  nvidia_smi_path:
+    description:
+      - Path of the C(nvidia-smi) binary.
+      - When not set, C(nvidia-smi) is looked up on E(PATH) and in the sbin directories.
+      - A path that does not exist means the driver is not installed (V(not_installed)), not a failure.
+    type: path
+  sysfs_root:
+    description:
+      - Where sysfs is mounted. PCI devices are read from C(<sysfs_root>/bus/pci/devices), the loaded kernel
+        modules from C(<sysfs_root>/module).
+    type: path
+    default: /sys
+  procfs_root:
+    description:
+      - Where procfs is mounted. The loaded kernel module's version is read from C(<procfs_root>/driver/nvidia/version).
+    type: path
+    default: /proc
+  timeout:
+    description:
+      - Seconds to wait for C(nvidia-smi). A GPU that has fallen off the bus can make it hang; when it runs out of time
+        the state is V(error).
+    type: int
+    default: 60
+attributes:
+  check_mode:
+    support: full
+    details: It only reads, so check mode runs it in full and reports the real state.
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  platform:
+    platforms: linux
+    details: Reads Linux sysfs and procfs.
+notes:
+  - NVSwitches are counted from PCI, as NVIDIA devices (vendor V(0x10de)) of class V(0x0680) (other bridge), which is how
+    the NVSwitch chips of DGX and HGX boards enumerate. Per GPU, RV(gpus[].fabric_state) adds what the driver says about
+    the NVLink fabric where it reports one (Hopper and later); older GPUs report nothing there.
+  - GPUs on PCI are NVIDIA devices of class V(0x0300) (VGA) or V(0x0302) (3D controller); the audio and USB functions of
+    consumer boards are not counted.
+  - A version mismatch is recognised from nvidia-smi's own error and by comparing the loaded kernel module's version with
+    the user-space version nvidia-smi reports.
+"""
+
+EXAMPLES = r"""
+- name: Read the GPU facts
+  dlinfra.gpu_cluster.nvidia_gpu_facts:
+
+- name: Stop when the driver needs a reboot
+  ansible.builtin.assert:
+    that: not ansible_facts['nvidia_gpu']['reboot_required']
+    fail_msg: "{{ inventory_hostname }}: {{ ansible_facts['nvidia_gpu']['message'] }}"
+
+- name: Read the facts with a driver installed outside PATH
+  dlinfra.gpu_cluster.nvidia_gpu_facts:
+    nvidia_smi_path: /usr/local/nvidia/bin/nvidia-smi
+    timeout: 30
+  register: __gpu
+
+- name: Every GPU has persistence mode on
+  ansible.builtin.assert:
+    that: __gpu.gpus | rejectattr('persistence_mode') | list | length == 0
+  when: __gpu.driver_state == 'ok'
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The same data as the top-level keys, under one fact.
+  returned: always
+  type: dict
+  contains:
+    nvidia_gpu:
+      description: Everything this module returns at the top level, except C(changed).
+      returned: always
+      type: dict
+      sample: {driver_state: ok, gpu_count: 1, reboot_required: false}
+driver_state:
+  description:
+    - V(ok) nvidia-smi answered.
+    - V(no_gpu) no NVIDIA GPU on PCI.
+    - V(not_installed) a GPU is present but nvidia-smi is not.
+    - V(not_loaded) nvidia-smi is installed but the kernel module is not loaded.
+    - V(version_mismatch) the loaded kernel module and the installed user-space driver differ, so a reboot is due.
+    - V(error) nvidia-smi failed in another way, timed out, or printed output that could not be parsed.
+  returned: always
+  type: str
+  sample: ok
+message:
+  description: What the state means and how to fix it; null when the state is V(ok).
+  returned: always
+  type: str
+  sample: the nvidia kernel module is not loaded; run 'modprobe nvidia' and read dmesg if it fails
+raw_message:
+  description: What nvidia-smi printed when it failed; null when it succeeded or did not run.
+  returned: always
+  type: str
+  sample: "Failed to initialize NVML: Driver/library version mismatch"
+reboot_required:
+  description: Whether a reboot is needed before the driver works (version mismatch, or nouveau holding the GPU).
+  returned: always
+  type: bool
+  sample: false
+gpu_count:
+  description: GPUs that nvidia-smi reports when the state is V(ok), otherwise GPUs seen on PCI.
+  returned: always
+  type: int
+  sample: 8
+gpus:
+  description: One entry per GPU from nvidia-smi, in its order; empty unless the state is V(ok).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: Position in nvidia-smi's report (the GPU index nvidia-smi and CUDA use by default).
+      type: int
+      sample: 0
+    name:
+      description: Product name.
+      type: str
+      sample: NVIDIA A100-SXM4-80GB
+    uuid:
+      description: GPU UUID.
+      type: str
+      sample: GPU-513536b6-7d19-9063-b049-1e69664bb298
+    pci_bus_id:
+      description: PCI bus id as nvidia-smi prints it (8-digit domain).
+      type: str
+      sample: "00000000:07:00.0"
+    memory_total_mib:
+      description: Frame buffer size in MiB.
+      type: int
+      sample: 81920
+    persistence_mode:
+      description: Whether persistence mode is on; null where the GPU does not support it.
+      type: bool
+      sample: true
+    mig_mode_current:
+      description: Whether MIG is on now; null on GPUs without MIG.
+      type: bool
+      sample: false
+    mig_mode_pending:
+      description: MIG mode after the next GPU reset; null on GPUs without MIG.
+      type: bool
+      sample: false
+    mig_device_count:
+      description: MIG devices that exist on this GPU.
+      type: int
+      sample: 0
+    fabric_state:
+      description: NVLink fabric state the driver reports (for example V(Completed)); null where not reported.
+      type: str
+      sample: Completed
+    fabric_status:
+      description: Result of the fabric registration (for example V(Success)); null where not reported.
+      type: str
+      sample: Success
+driver_version:
+  description: Driver version nvidia-smi reports; null unless the state is V(ok).
+  type: str
+  returned: always
+  sample: 535.54.03
+cuda_version:
+  description: Highest CUDA version the driver supports; null unless the state is V(ok) or the driver is too old to say.
+  type: str
+  returned: always
+  sample: "12.2"
+kernel_module_version:
+  description: Version of the loaded nvidia kernel module; null when it is not loaded.
+  type: str
+  returned: always
+  sample: 535.54.03
+library_version:
+  description: Version of the user-space driver where it is known (from nvidia-smi's report or its mismatch error).
+  type: str
+  returned: always
+  sample: "535.183"
+nvidia_smi_path:
+  description: The nvidia-smi binary that was run; null when none was found.
+  type: str
+  returned: always
+  sample: /usr/bin/nvidia-smi
+nouveau_loaded:
+  description: Whether the nouveau kernel module is loaded.
+  type: bool
+  returned: always
+  sample: false
+pci_gpus:
+  description: NVIDIA GPUs on PCI, sorted by address.
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    address:
+      description: PCI address as sysfs names it.
+      type: str
+      sample: "0000:07:00.0"
+    device_id:
+      description: PCI device id.
+      type: str
+      sample: "0x20b2"
+    class:
+      description: PCI class code.
+      type: str
+      sample: "0x030200"
+pci_nvswitches:
+  description: NVSwitch chips on PCI (NVIDIA, class 0x0680), with the same keys as RV(pci_gpus).
+  type: list
+  elements: dict
+  returned: always
+  sample: [{address: "0000:c1:00.0", device_id: "0x1af1", class: "0x068000"}]
+nvswitch_count:
+  description: Number of entries in RV(pci_nvswitches).
+  type: int
+  returned: always
+  sample: 6
+"""
+
+import os
+import subprocess
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import (
+    NvidiaSmiParseError,
+    classify_driver_state,
+    parse_kernel_module_version,
+    parse_nvidia_smi_xml,
+    scan_pci_devices,
+)
+
+
+def _read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _find_nvidia_smi(module):
+    configured = module.params["nvidia_smi_path"]
+    if not configured:
+        return module.get_bin_path("nvidia-smi")
+    if not os.path.exists(configured):
+        return None
+    if not os.path.isfile(configured) or not os.access(configured, os.X_OK):
+        module.fail_json(msg="nvidia_smi_path=%s is not an executable file; point it at the nvidia-smi binary or leave it unset "
+                             "to look nvidia-smi up on PATH" % configured)
+    return configured
+
+
+def _run_nvidia_smi(module, path):
+    """(rc, stdout + stderr), or (None, why) when it did not finish in time."""
+    # subprocess rather than module.run_command: run_command cannot time out, and a GPU that has fallen
+    # off the bus can make nvidia-smi hang for minutes.
+    try:
+        completed = subprocess.run([path, "-q", "-x"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=module.params["timeout"],
+                                   env=dict(os.environ, LC_ALL="C"), check=False)
+    except subprocess.TimeoutExpired:
+        return None, "%s -q -x did not finish within %d s" % (path, module.params["timeout"])
+    except OSError as error:
+        module.fail_json(msg="could not run %s (%s); set nvidia_smi_path to a working nvidia-smi binary" % (path, error))
+    stdout = completed.stdout.decode("utf-8", errors="replace")
+    stderr = completed.stderr.decode("utf-8", errors="replace")
+    return completed.returncode, stdout if completed.returncode == 0 else (stdout + "\n" + stderr).strip()
+
+
+_MOUNTS = {"sysfs_root": ("sysfs", "/sys"), "procfs_root": ("procfs", "/proc")}
+
+
+def _check_directory(module, option):
+    filesystem, usual = _MOUNTS[option]
+    if not os.path.isdir(module.params[option]):
+        module.fail_json(msg="%s=%s is not a directory; set it to where %s is mounted (normally %s)"
+                             % (option, module.params[option], filesystem, usual))
+
+
+def gather(module):
+    sysfs_root, procfs_root = module.params["sysfs_root"], module.params["procfs_root"]
+    pci_gpus, pci_nvswitches = scan_pci_devices(sysfs_root)
+    nouveau_loaded = os.path.isdir(os.path.join(sysfs_root, "module", "nouveau"))
+    nvidia_smi_path = _find_nvidia_smi(module)
+
+    rc, output, report = None, "", None
+    if nvidia_smi_path:
+        rc, output = _run_nvidia_smi(module, nvidia_smi_path)
+    # Read after nvidia-smi ran: it may have loaded the module itself through nvidia-modprobe.
+    kernel_module_version = parse_kernel_module_version(_read_text(os.path.join(procfs_root, "driver", "nvidia", "version")))
+
+    parse_problem = None
+    if rc == 0:
+        try:
+            report = parse_nvidia_smi_xml(output)
+        except NvidiaSmiParseError as error:
+            parse_problem = "%s -q -x printed output that is not its XML report: %s" % (nvidia_smi_path, error)
+
+    if rc is None and nvidia_smi_path:
+        state = {"driver_state": "error", "message": output + "; the driver may be hung: look for Xid errors in dmesg",
+                 "reboot_required": False, "library_version": None}
+    elif parse_problem:
+        state = {"driver_state": "error", "message": parse_problem, "reboot_required": False, "library_version": None}
+    else:
+        state = classify_driver_state(
+            pci_gpu_count=len(pci_gpus), nvidia_smi_found=bool(nvidia_smi_path), nvidia_smi_rc=rc, nvidia_smi_output=output,
+            kernel_module_version=kernel_module_version, nouveau_loaded=nouveau_loaded,
+            reported_driver_version=report["driver_version"] if report else None)
+
+    usable = state["driver_state"] == "ok" and report is not None
+    gpus = report["gpus"] if usable else []
+    return {
+        "driver_state": state["driver_state"],
+        "message": state["message"],
+        "raw_message": (output.strip() or None) if rc not in (0, None) else None,
+        "reboot_required": state["reboot_required"],
+        "gpu_count": len(gpus) if usable else len(pci_gpus),
+        "gpus": gpus,
+        "driver_version": report["driver_version"] if usable else None,
+        "cuda_version": report["cuda_version"] if usable else None,
+        "kernel_module_version": kernel_module_version,
+        "library_version": state["library_version"],
+        "nvidia_smi_path": nvidia_smi_path,
+        "nouveau_loaded": nouveau_loaded,
+        "pci_gpus": pci_gpus,
+        "pci_nvswitches": pci_nvswitches,
+        "nvswitch_count": len(pci_nvswitches),
+    }
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type="path"),
+            sysfs_root=dict(type="path", default="/sys"),
+            procfs_root=dict(type="path", default="/proc"),
+            timeout=dict(type="int", default=60),
+        ),
+        supports_check_mode=True,
+    )
+    if module.params["timeout"] <= 0:
+        module.fail_json(msg="timeout=%d must be a positive number of seconds" % module.params["timeout"])
+    for option in _MOUNTS:
+        _check_directory(module, option)
+
+    facts = gather(module)
+    module.exit_json(changed=False, ansible_facts={"nvidia_gpu": facts}, **facts)
+
+
+if __name__ == "__main__":
+    main()
