@@ -1,0 +1,752 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""Unit tests for the shard_staging planner: source patterns, indexes, mode choice, HRW placement and plans."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
+    ShardPlanError,
+    choose_mode,
+    expand_source,
+    hrw_score,
+    make_plan,
+    node_capacity,
+    node_changes,
+    node_shards,
+    node_weight,
+    pair_unit,
+    parse_index,
+    place_shards,
+    shard_name,
+    shard_nodes,
+    shard_records,
+    summarize,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "shard_plan"
+COLLECTIONS_ROOT = Path(__file__).resolve().parents[4] / "collections"
+GB = 10 ** 9
+
+requires_numpy = pytest.mark.skipif(not shard_plan.numpy_available(), reason="numpy is not importable")
+
+
+def shard_names(count, prefix="chunks-"):
+    return [f"{prefix}{number:06d}.tar" for number in range(count)]
+
+
+def equal_sizes(count, size=1):
+    return {name: size for name in shard_names(count)}
+
+
+def records(sizes):
+    return [{"name": name, "url": f"http://store/ds/{name}", "size": size, "sha256": None} for name, size in sizes.items()]
+
+
+def per_host_counts(assignment):
+    return Counter(host for hosts in assignment.values() for host in hosts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# expand_source
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("http://s/a-{000..003}.tar", ["http://s/a-000.tar", "http://s/a-001.tar", "http://s/a-002.tar", "http://s/a-003.tar"]),
+        ("https://s/a-{8..11}.tar", ["https://s/a-8.tar", "https://s/a-9.tar", "https://s/a-10.tar", "https://s/a-11.tar"]),
+        ("file:///d/a-{08..10}.tar", ["file:///d/a-08.tar", "file:///d/a-09.tar", "file:///d/a-10.tar"]),
+        ("http://s/a-{9..100}.tar", [f"http://s/a-{n}.tar" for n in range(9, 101)]),
+        ("http://s/a-{01..100}.tar", [f"http://s/a-{n:03d}.tar" for n in range(1, 101)]),
+        ("http://s/{train,val,test}.tar", ["http://s/train.tar", "http://s/val.tar", "http://s/test.tar"]),
+        ("http://s/{a,b}-{0..1}-{x,y}.tar",
+         [f"http://s/{a}-{n}-{x}.tar" for a in "ab" for n in "01" for x in "xy"]),
+        ("http://s/only.tar", ["http://s/only.tar"]),
+        ("http://s/a-{0..1}.tar :: https://t/b-{0..1}.tar",
+         ["http://s/a-0.tar", "http://s/a-1.tar", "https://t/b-0.tar", "https://t/b-1.tar"]),
+        ("http://[::1]:8080/a-{0..1}.tar::http://[fe80::2]/b.tar",
+         ["http://[::1]:8080/a-0.tar", "http://[::1]:8080/a-1.tar", "http://[fe80::2]/b.tar"]),
+        ("http://s/{x,y}/a-{0..1}.tar?sig=1", ["http://s/x/a-0.tar?sig=1", "http://s/x/a-1.tar?sig=1", None]),
+    ],
+)
+def test_expand_source_expands_in_order(source, expected):
+    if expected[-1] is None:  # the same file names under two directories
+        with pytest.raises(ShardPlanError, match=re.escape("shard name 'a-0.tar' appears twice")):
+            expand_source(source)
+        return
+    assert expand_source(source) == expected
+
+
+def test_expand_source_handles_a_100k_shard_pattern_fast():
+    started = time.perf_counter()
+    urls = expand_source("http://store/yt8m/chunks-{000000..099999}.tar")
+    elapsed = time.perf_counter() - started
+    assert len(urls) == 100_000
+    assert urls[0] == "http://store/yt8m/chunks-000000.tar"
+    assert urls[12345] == "http://store/yt8m/chunks-012345.tar"
+    assert urls[-1] == "http://store/yt8m/chunks-099999.tar"
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("", "source '' is empty"),
+        ("   ", "is empty"),
+        (None, "source None is empty"),
+        ("http://s/a-{0..3.tar", "pattern 'http://s/a-{0..3.tar' has a '{' without a matching '}' at position 11"),
+        ("http://s/a-0..3}.tar", "has a '}' without a matching '{' at position 15"),
+        ("http://s/a-{{0..3}}.tar", "nests braces at position 12"),
+        ("http://s/a-{a..z}.tar", "bad range '{a..z}' in pattern 'http://s/a-{a..z}.tar'"),
+        ("http://s/a-{1..}.tar", "bad range '{1..}'"),
+        ("http://s/a-{-3..3}.tar", "bad range '{-3..3}'"),
+        ("http://s/a-{0..10..2}.tar", "bad range '{0..10..2}'"),
+        ("http://s/a-{10..01}.tar", "range '{10..01}' in pattern 'http://s/a-{10..01}.tar' is reversed: write {01..10}"),
+        ("http://s/a-{abc}.tar", "brace group '{abc}' in pattern 'http://s/a-{abc}.tar' is neither a list"),
+        ("http://s/a-{}.tar", "brace group '{}'"),
+        ("ftp://s/a-{0..1}.tar", "URL 'ftp://s/a-0.tar' (pattern 'ftp://s/a-{0..1}.tar') has the unknown scheme 'ftp'"),
+        ("store/a.tar", "URL 'store/a.tar' (pattern 'store/a.tar') has no scheme"),
+        ("s3://bucket/a.tar", "unknown scheme 's3': use one of http://, https://, file://"),
+        ("http://a/x.tar::http://b/x.tar", "shard name 'x.tar' appears twice, from 'http://a/x.tar' and 'http://b/x.tar'"),
+        ("http://s/{a,b}/{0..1}.tar", "shard name '0.tar' appears twice"),
+        ("http://s/a.tar::", "has an empty pattern (number 2)"),
+        (":: http://s/a.tar", "has an empty pattern (number 1)"),
+        ("http://s/my shard.tar", "pattern 'http://s/my shard.tar' contains whitespace"),
+        ("http://s/dir/", "URL 'http://s/dir/' does not end in a file name"),
+        ("http://s", "URL 'http://s' does not end in a file name"),
+        ("http://s/a-{0..99999999}.tar", "has more than 10000000 values"),
+        ("http://s/a-{0..9999}-{0..9999}.tar", "expands to 100000000 URLs"),
+    ],
+)
+def test_expand_source_rejects_bad_patterns_with_a_clear_message(source, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        expand_source(source)
+
+
+@pytest.mark.parametrize(
+    "url, name",
+    [
+        ("http://s/yt8m/chunks-000001.tar", "chunks-000001.tar"),
+        ("https://s/a/b.tar?X-Amz-Signature=1/2#frag", "b.tar"),
+        ("file:///data/shards/x.tar.gz", "x.tar.gz"),
+    ],
+)
+def test_shard_name_is_the_last_path_segment(url, name):
+    assert shard_name(url) == name
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# parse_index
+
+
+def test_parse_index_reads_sha256sum_output_in_text_and_binary_mode():
+    index = parse_index((FIXTURES / "SHA256SUMS").read_text(), "SHA256SUMS")
+    assert index == {
+        "train-000000.tar": {"size": None, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
+        "train-000001.tar": {"size": None, "sha256": "d36fdd5816c081f3bd8e7df6094272267a1aaf1a3f6cbe874da91e563fdc8671"},
+        "train-000002.tar": {"size": None, "sha256": "52fdf7e969a0b623f3ec4b4c0926dbedf7a753beda9499aa8836fb20a1ab346b"},
+    }
+
+
+def test_parse_index_unescapes_names_and_lowers_digests():
+    # sha256sum marks a line with a leading backslash when the name holds a backslash or a newline.
+    text = "\\" + "AB" * 32 + "  shards/odd\\\\name.tar\n\n" + "cd" * 32 + "  plain.tar\r\n"
+    assert parse_index(text) == {
+        "odd\\name.tar": {"size": None, "sha256": "ab" * 32},
+        "plain.tar": {"size": None, "sha256": "cd" * 32},
+    }
+
+
+def test_parse_index_reads_a_wids_index_with_nested_datasets():
+    index = parse_index((FIXTURES / "wids-index.json").read_text(), "wids-index.json")
+    assert index == {
+        "train-000000.tar": {"size": 10240, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
+        "train-000001.tar": {"size": 10240, "sha256": None},
+        "train-000002.tar": {"size": None, "sha256": None},
+    }
+
+
+def wids(shardlist, **extra):
+    document = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": shardlist}
+    document.update(extra)
+    return json.dumps(document, indent=2)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "idx is empty"),
+        ("0" * 64 + "  a.tar\nnot a checksum line\n", "idx line 2: expected '<64 hex digits>  <file name>'"),
+        ("0" * 63 + "  a.tar\n", "idx line 1: expected"),
+        ("0" * 64 + "a.tar\n", "idx line 1: expected"),
+        ("0" * 64 + "  d/a.tar\n" + "1" * 64 + "  e/a.tar\n", "idx line 2: shard 'a.tar' is listed again (first on line 1)"),
+        ("0" * 64 + "  d/\n", "idx line 1: 'd/' is not a file name"),
+        ('{\n  "__kind__": "wids-shard-index-v1",\n  "wids_version": 1\n  "shardlist": []\n}', "idx line 4 column 3: invalid JSON"),
+        ("[1, 2]", "idx: a wids-shard-index-v1 index is a JSON object with a 'shardlist', not a list"),
+        ('{"wids_version": 1,}', "idx line 1 column 20: invalid JSON"),
+        ('{"wids_version": 1, "shardlist": []}', "the index lists no shards"),
+        ('{"__kind__": "other-kind", "wids_version": 1}', "'__kind__' is 'other-kind'"),
+        ('{"__kind__": "wids-shard-index-v1", "wids_version": 2, "shardlist": []}', "'wids_version' is 2, expected 1"),
+        ('{"shardlist": []}', "'wids_version' is None"),
+        (wids({"url": "a.tar"}), "'shardlist' must be a list"),
+        (wids([{"nsamples": 3}]), "idx: shardlist[0] must be an object with a 'url' string"),
+        (wids([{"url": "a.tar", "filesize": -1}]), "shardlist[0] (a.tar) has 'filesize' -1"),
+        (wids([{"url": "a.tar", "filesize": "10"}]), "shardlist[0] (a.tar) has 'filesize' '10'"),
+        (wids([{"url": "a.tar", "sha256": "abc"}]), "shardlist[0] (a.tar) has 'sha256' 'abc'; it must be 64 hex digits"),
+        (wids([{"url": "x/a.tar"}, {"url": "y/a.tar"}]), "shardlist[1] repeats shard 'a.tar' (first at shardlist[0])"),
+        (wids([{"url": "http://s/"}]), "url 'http://s/' does not end in a file name"),
+        (wids([{"url": "a.tar"}], datasets=[{"source_url": "http://s/other.json"}]), "datasets[0] refers to another index file"),
+        (wids([], datasets=[{"shardlist": [{"url": "b.tar", "filesize": 1.5}]}]), "datasets[0].shardlist[0] (b.tar) has 'filesize' 1.5"),
+    ],
+)
+def test_parse_index_rejects_malformed_input_naming_the_place(text, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        parse_index(text, "idx")
+
+
+def test_shard_records_join_urls_with_the_index():
+    urls = expand_source("http://store/train/train-{000000..000003}.tar")
+    index = parse_index((FIXTURES / "wids-index.json").read_text())
+    assert shard_records(urls, index) == [
+        {"name": "train-000000.tar", "url": urls[0], "size": 10240,
+         "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
+        {"name": "train-000001.tar", "url": urls[1], "size": 10240, "sha256": None},
+        {"name": "train-000002.tar", "url": urls[2], "size": None, "sha256": None},
+        {"name": "train-000003.tar", "url": urls[3], "size": None, "sha256": None},
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Capacity and mode
+
+
+@pytest.mark.parametrize(
+    "info, headroom, capacity",
+    [
+        ({"free_bytes": 1000}, 0.0, 1000),
+        ({"free_bytes": 1000}, 0.05, 950),
+        ({"free_bytes": 1000, "held_bytes": 500}, 0.1, 1350),
+        ({"free_bytes": 1000, "held_bytes": 500, "total_bytes": 4000}, 0.1, 1100),
+        ({"free_bytes": 100, "total_bytes": 4000}, 0.1, 0),
+        ({"free_bytes": 999}, 0.001, 998),  # the reserve rounds up
+    ],
+)
+def test_node_capacity_counts_held_bytes_and_keeps_headroom(info, headroom, capacity):
+    assert node_capacity("gpu1", info, headroom) == capacity
+
+
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        ({}, "node 'gpu1' free_bytes is None"),
+        ({"free_bytes": -1}, "node 'gpu1' free_bytes is -1"),
+        ({"free_bytes": 1.5}, "node 'gpu1' free_bytes is 1.5"),
+        ({"free_bytes": True}, "node 'gpu1' free_bytes is True"),
+        ({"free_bytes": 1, "held_bytes": "2"}, "node 'gpu1' held_bytes is '2'"),
+        ({"free_bytes": 1, "total_bytes": -5}, "node 'gpu1' total_bytes is -5"),
+        ("lots", "node 'gpu1': capacity info must be a mapping"),
+    ],
+)
+def test_node_capacity_rejects_bad_figures_naming_the_host(info, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        node_capacity("gpu1", info, 0.05)
+
+
+@pytest.mark.parametrize(
+    "capacity, weight",
+    [(0, 0.0), (-5, 0.0), (1, 1.0), (255, 255.0), (1000, 1000.0), (1001, 1000.0), (1003, 1000.0), (1004, 1004.0),
+     (3_840_000_000_000, 3_831_110_828_032.0)],
+)
+def test_node_weight_keeps_eight_significant_bits(capacity, weight):
+    assert node_weight(capacity) == weight
+
+
+@pytest.mark.parametrize(
+    "mode, capacities, replicas, expected",
+    [
+        ("auto", {"a": 100, "b": 100}, 1, "replicate"),
+        ("auto", {"a": 100, "b": 99}, 1, "partition"),
+        ("auto", {"a": 100, "b": 100}, 2, "replicate"),
+        ("auto", {"a": 60, "b": 60, "c": 80}, 2, "partition"),
+        ("partition", {"a": 500, "b": 500}, 2, "partition"),
+        ("replicate", {"a": 100, "b": 100, "c": 100}, 1, "replicate"),
+    ],
+)
+def test_choose_mode(mode, capacities, replicas, expected):
+    assert choose_mode("ds", mode, 100, capacities, replicas) == expected
+
+
+@pytest.mark.parametrize(
+    "mode, capacities, replicas, message",
+    [
+        ("auto", {"a": 60, "b": 60, "c": 70}, 2, "2 replica(s) of 100 B need 200 B but the 3 node(s) have 190 B usable; 10 B (10 bytes) are missing"),
+        ("partition", {"a": 40, "b": 40}, 1, "20 B (20 bytes) are missing. Stream it from distributed storage instead"),
+        ("auto", {"a": 10}, 1, "(e.g. WebDataset reading straight from the HTTP / AIStore source)"),
+        ("replicate", {"a": 100, "b": 70, "c": 99}, 1, "dataset 'ds' (100 B) cannot be replicated: b short by 30 B (30 bytes), c short by 1 B (1 bytes)"),
+        ("replicate", {"a": 100}, 2, "dataset 'ds': replicas is 2 but only 1 node(s) are targeted"),
+        ("partition", {"a": 1000, "b": 1000}, 3, "replicas is 3 but only 2 node(s) are targeted"),
+    ],
+)
+def test_choose_mode_fails_saying_what_is_missing(mode, capacities, replicas, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        choose_mode("ds", mode, 100, capacities, replicas)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Weighted rendezvous hashing
+
+
+def test_pair_unit_is_inside_the_open_unit_interval_and_uniform():
+    node_value = shard_plan.node_hash("gpu1")
+    units = [pair_unit(shard_plan.shard_hash(name), node_value) for name in shard_names(20_000)]
+    assert all(0.0 < unit < 1.0 for unit in units)
+    deciles = Counter(int(unit * 10) for unit in units)
+    assert all(abs(deciles[decile] - 2000) < 200 for decile in range(10)), deciles
+    assert pair_unit(0, 0) == 0.5 * 2.0 ** -52
+    assert pair_unit(0, 0) > 0.0
+
+
+def test_hashes_are_pinned_so_existing_clusters_keep_their_data():
+    # Changing the hash or the mixer would reshuffle every staged dataset: these values must never change.
+    assert shard_plan.shard_hash("chunks-000000.tar") == 5335496949065343572
+    assert shard_plan.node_hash("gpu1") == 5360318808475305593
+    assert pair_unit(5335496949065343572, 5360318808475305593) == 0.4654284478720191
+    capacities = {"gpu1": 10, "gpu2": 10, "gpu3": 10, "gpu4": 10}
+    expected = {
+        "chunks-000000.tar": ["gpu4", "gpu3"],
+        "chunks-000001.tar": ["gpu3", "gpu4"],
+        "chunks-000002.tar": ["gpu4", "gpu2"],
+        "chunks-000003.tar": ["gpu2", "gpu3"],
+        "chunks-000004.tar": ["gpu3", "gpu1"],
+        "chunks-000005.tar": ["gpu3", "gpu2"],
+    }
+    assert place_shards(equal_sizes(6), capacities, 2, use_numpy=False) == expected
+    if shard_plan.numpy_available():
+        assert place_shards(equal_sizes(6), capacities, 2, use_numpy=True) == expected
+
+
+def test_placement_follows_the_weighted_hrw_score():
+    capacities = {"a": 10 * GB, "b": 20 * GB, "c": 30 * GB, "d": 40 * GB}
+    sizes = equal_sizes(50)
+    assignment = place_shards(sizes, capacities, 4, use_numpy=False)
+    for name in sizes:
+        by_score = sorted(capacities, key=lambda host: hrw_score(name, host, node_weight(capacities[host])), reverse=True)
+        assert assignment[name] == by_score
+
+
+def test_hrw_score_is_minus_weight_over_log_u():
+    unit = pair_unit(shard_plan.shard_hash("s.tar"), shard_plan.node_hash("n1"))
+    assert hrw_score("s.tar", "n1", 3.0) == -3.0 / math.log(unit)
+
+
+@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
+def test_balance_over_eight_equal_nodes_is_within_two_percent(use_numpy):
+    capacities = {f"gpu{number}": 100_000 for number in range(8)}
+    counts = per_host_counts(place_shards(equal_sizes(100_000), capacities, 1, use_numpy=use_numpy))
+    assert sum(counts.values()) == 100_000
+    assert set(counts) == set(capacities)
+    for host, count in counts.items():
+        assert abs(count / 12_500 - 1) <= 0.02, (host, count)
+
+
+@requires_numpy
+def test_balance_follows_unequal_weights():
+    capacities = {f"big{number}": 400_000 for number in range(4)}
+    capacities.update({f"small{number}": 200_000 for number in range(4)})
+    counts = per_host_counts(place_shards(equal_sizes(100_000), capacities, 1, use_numpy=True))
+    for host, capacity in capacities.items():
+        share = 100_000 * capacity / 2_400_000
+        assert abs(counts[host] / share - 1) <= 0.02, (host, counts[host], share)
+
+
+@requires_numpy
+def test_balance_with_two_replicas_counts_each_copy():
+    capacities = {f"gpu{number}": 100_000 for number in range(8)}
+    assignment = place_shards(equal_sizes(100_000), capacities, 2, use_numpy=True)
+    assert all(len(set(hosts)) == 2 for hosts in assignment.values())
+    for host, count in per_host_counts(assignment).items():
+        assert abs(count / 25_000 - 1) <= 0.02, (host, count)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_adding_a_node_moves_about_one_nth_and_only_onto_the_new_node(replicas):
+    sizes = equal_sizes(20_000)
+    before_capacities = {f"gpu{number}": 10 ** 6 for number in range(8)}
+    after_capacities = dict(before_capacities, gpu8=10 ** 6)
+    before = place_shards(sizes, before_capacities, replicas)
+    after = place_shards(sizes, after_capacities, replicas)
+    moved = 0
+    for name in sizes:
+        gained = set(after[name]) - set(before[name])
+        lost = set(before[name]) - set(after[name])
+        assert gained <= {"gpu8"}, name
+        assert len(lost) == len(gained)
+        moved += len(gained)
+    expected = 20_000 * replicas / 9
+    assert abs(moved / expected - 1) < 0.05, moved
+    assert per_host_counts(after)["gpu8"] == moved
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_removing_a_node_moves_only_the_shards_it_held(replicas):
+    sizes = equal_sizes(20_000)
+    before_capacities = {f"gpu{number}": 10 ** 6 for number in range(8)}
+    after_capacities = {host: capacity for host, capacity in before_capacities.items() if host != "gpu3"}
+    before = place_shards(sizes, before_capacities, replicas)
+    after = place_shards(sizes, after_capacities, replicas)
+    held_by_removed = {name for name, hosts in before.items() if "gpu3" in hosts}
+    assert abs(len(held_by_removed) / (20_000 * replicas / 8) - 1) < 0.05
+    for name in sizes:
+        if name in held_by_removed:
+            assert set(before[name]) - {"gpu3"} <= set(after[name])
+            assert len(set(after[name]) - set(before[name])) == 1
+        else:
+            assert after[name] == before[name]
+
+
+def test_adding_weight_to_one_node_only_pulls_shards_onto_it():
+    sizes = equal_sizes(5_000)
+    capacities = {f"gpu{number}": 10 ** 6 for number in range(5)}
+    before = place_shards(sizes, capacities, 1, use_numpy=False)
+    after = place_shards(sizes, dict(capacities, gpu2=2 * 10 ** 6), 1, use_numpy=False)
+    changed = [name for name in sizes if after[name] != before[name]]
+    assert changed
+    assert all(after[name] == ["gpu2"] for name in changed)
+
+
+@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
+def test_a_full_node_is_skipped_and_nobody_goes_over_capacity(use_numpy):
+    rng = random.Random(7)
+    sizes = {name: rng.randint(50, 150) for name in shard_names(2_000)}
+    total = sum(sizes.values())
+    # Three copies on four nodes: HRW would put a copy on the small node for most shards, far more than it can take.
+    capacities = {"big1": int(total * 0.95), "big2": int(total * 0.95), "big3": int(total * 0.95), "small": int(total * 0.3)}
+    assignment = place_shards(sizes, capacities, 3, use_numpy=use_numpy)
+    stored = Counter()
+    for name, hosts in assignment.items():
+        assert len(set(hosts)) == 3
+        for host in hosts:
+            stored[host] += sizes[name]
+    assert sum(stored.values()) == 3 * total
+    left = {host: capacity - stored[host] for host, capacity in capacities.items()}
+    assert all(room >= 0 for room in left.values()), left
+    assert left["small"] < 150, left
+    skipped = Counter()
+    for name, hosts in assignment.items():
+        ranking = sorted(capacities, key=lambda host: hrw_score(name, host, node_weight(capacities[host])), reverse=True)
+        passed_over = [host for host in ranking[:ranking.index(hosts[-1])] if host not in hosts]
+        # A node is passed over only when it had no room for the shard, and a node never gets room back.
+        assert all(left[host] < sizes[name] for host in passed_over), name
+        assert [host for host in ranking if host in hosts] == hosts
+        skipped.update(passed_over)
+    assert set(skipped) == {"small"}
+    assert skipped["small"] > 100
+
+
+@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
+def test_placement_fails_when_a_shard_finds_no_room(use_numpy):
+    sizes = {"a.tar": 60, "b.tar": 60, "c.tar": 60}
+    with pytest.raises(ShardPlanError, match=re.escape("shard 'b.tar' (60 B) cannot get 2 copies: only 1 node(s) still have room")):
+        place_shards(sizes, {"n1": 200, "n2": 100, "n3": 50}, 2, use_numpy=use_numpy)
+
+
+def test_nodes_without_usable_space_get_nothing():
+    assignment = place_shards(equal_sizes(500), {"a": 10 ** 6, "b": 0, "c": 10 ** 6}, 2, use_numpy=False)
+    assert per_host_counts(assignment) == {"a": 500, "c": 500}
+    with pytest.raises(ShardPlanError, match=re.escape("replicas is 3 but only 2 node(s) have usable space")):
+        place_shards(equal_sizes(5), {"a": 10 ** 6, "b": 0, "c": 10 ** 6}, 3)
+
+
+def test_placement_does_not_depend_on_input_order():
+    rng = random.Random(3)
+    sizes = {name: rng.randint(1, 100) for name in shard_names(3_000)}
+    capacities = {f"node-{rng.randint(0, 10 ** 6)}": rng.randint(40_000, 90_000) for _ in range(12)}
+    reference = place_shards(sizes, capacities, 2)
+    shuffled_names = list(sizes)
+    rng.shuffle(shuffled_names)
+    shuffled_hosts = list(capacities)
+    rng.shuffle(shuffled_hosts)
+    shuffled = place_shards({name: sizes[name] for name in shuffled_names}, {host: capacities[host] for host in shuffled_hosts}, 2)
+    assert shuffled == reference
+    assert list(shuffled) == sorted(sizes)
+
+
+PLAN_SCRIPT = """
+import hashlib, json, sys
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import make_plan
+shards = [{"name": f"s-{n:05d}.tar", "url": f"http://s/s-{n:05d}.tar", "size": 1000 + n % 7, "sha256": None} for n in range(5000)]
+nodes = {f"gpu{n}": {"free_bytes": 2_000_000 + 150_000 * n} for n in range(10)}
+plan = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, shards, nodes, use_numpy=sys.argv[1] == "numpy")
+print(hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest())
+"""
+
+
+def test_plans_are_identical_across_processes_with_different_hash_seeds():
+    digests = set()
+    variants = [("1", "python"), ("4242", "python")]
+    if shard_plan.numpy_available():
+        variants.append(("977", "numpy"))
+    for seed, path in variants:
+        environment = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(COLLECTIONS_ROOT))
+        result = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, path], env=environment, capture_output=True, text=True, check=True)
+        digests.add(result.stdout.strip())
+    assert len(digests) == 1
+    assert len(next(iter(digests))) == 64
+
+
+@requires_numpy
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_numpy_and_pure_python_paths_agree(replicas):
+    rng = random.Random(11)
+    sizes = {name: rng.randint(1, 1_000) for name in shard_names(4_000, prefix="part-")}
+    capacities = {f"host{number:02d}": rng.randint(60_000, 400_000) for number in range(40)}
+    # Tight enough that many nodes fill up, which exercises the full-ranking fallback of both paths.
+    capacities["host00"] = 1_000
+    need = replicas * sum(sizes.values())
+    scale = need / sum(capacities.values()) * 1.03
+    capacities = {host: int(capacity * scale) for host, capacity in capacities.items()}
+    vectorised = place_shards(sizes, capacities, replicas, use_numpy=True)
+    pure = place_shards(sizes, capacities, replicas, use_numpy=False)
+    assert vectorised == pure
+
+
+@requires_numpy
+def test_numpy_rows_with_near_equal_scores_are_ranked_in_pure_python(monkeypatch):
+    sizes = equal_sizes(300, size=10)
+    capacities = {f"n{number}": 1_000 + 37 * number for number in range(12)}
+    pure = place_shards(sizes, capacities, 2, use_numpy=False)
+    fallbacks = []
+    original = shard_plan._PythonRanker.full
+
+    def counting_full(self, shard_value):
+        fallbacks.append(shard_value)
+        return original(self, shard_value)
+
+    monkeypatch.setattr(shard_plan, "_RELATIVE_TOLERANCE", 10.0)  # every row counts as a near tie
+    monkeypatch.setattr(shard_plan._PythonRanker, "full", counting_full)
+    assert place_shards(sizes, capacities, 2, use_numpy=True) == pure
+    assert len(fallbacks) >= 300
+
+
+@requires_numpy
+def test_numpy_log_is_within_the_tolerance_of_math_log():
+    # The numpy path relies on this: its log may differ from math.log only in the last few bits.
+    numpy = shard_plan.numpy
+    rng = numpy.random.default_rng(5)
+    mantissas = numpy.concatenate([
+        rng.integers(0, 2 ** 52, 200_000, dtype=numpy.uint64),
+        numpy.arange(2 ** 52 - 5_000, 2 ** 52, dtype=numpy.uint64),  # u next to 1, where ln(u) is tiny
+        numpy.arange(0, 5_000, dtype=numpy.uint64),  # u next to 0
+    ])
+    units = (mantissas.astype(numpy.float64) + 0.5) * 2.0 ** -52
+    vectorised = numpy.log(units)
+    exact = numpy.array([math.log(unit) for unit in units.tolist()])
+    assert float(numpy.max(numpy.abs(vectorised - exact) / numpy.abs(exact))) < shard_plan._RELATIVE_TOLERANCE / 1000
+
+
+def test_use_numpy_true_without_numpy_fails_clearly(monkeypatch):
+    monkeypatch.setattr(shard_plan, "numpy", None)
+    assert not shard_plan.numpy_available()
+    with pytest.raises(ShardPlanError, match="use_numpy is true but numpy cannot be imported"):
+        place_shards(equal_sizes(3), {"a": 10}, 1, use_numpy=True)
+    assert place_shards(equal_sizes(3), {"a": 10}, 1) == {name: ["a"] for name in shard_names(3)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plans
+
+
+def eight_nodes(free=10 ** 6, **overrides):
+    nodes = {f"gpu{number}": {"free_bytes": free} for number in range(8)}
+    nodes.update(overrides)
+    return nodes
+
+
+def test_replicated_plan():
+    shards = records({"a.tar": 1024, "b.tar": 2048, "c.tar": 1024})
+    nodes = {"n1": {"free_bytes": 8192, "held_bytes": 2048}, "n2": {"free_bytes": 100_000, "total_bytes": 200_000}}
+    plan = make_plan({"name": "tiny", "headroom": 0.1}, shards, nodes)
+    assert json.loads(json.dumps(plan)) == plan
+    assert plan == {
+        "plan_version": 1,
+        "dataset": "tiny",
+        "mode": "replicate",
+        "requested_mode": "auto",
+        "replicas": 2,
+        "headroom": 0.1,
+        "shard_count": 3,
+        "total_bytes": 4096,
+        "stored_bytes": 8192,
+        "shards": {"a.tar": 1024, "b.tar": 2048, "c.tar": 1024},
+        "assignment": None,
+        "replicated_on": ["n1", "n2"],
+        "nodes": {
+            "n1": {"capacity": 9216, "weight": 9216.0, "shards": 3, "bytes": 4096, "free_after": 6144,
+                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0},
+            "n2": {"capacity": 80_000, "weight": 79872.0, "shards": 3, "bytes": 4096, "free_after": 95904,
+                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0},
+        },
+        "changes": {"fetch_copies": 6, "fetch_bytes": 8192, "remove_copies": 0, "remove_bytes": 0,
+                    "moved_shards": 3, "dropped_nodes": []},
+        "summary": "dataset tiny: replicate (on every node), 3 shards, 4.0 KiB (8.0 KiB stored) on 2 nodes, "
+                   "fullest n1 at 44.4% of usable space; fetch 6 copies (8.0 KiB), remove 0 copies (0 B)",
+    }
+    assert node_shards(plan, "n2") == ["a.tar", "b.tar", "c.tar"]
+    assert node_shards(plan, "elsewhere") == []
+    assert shard_nodes(plan, "b.tar") == ["n1", "n2"]
+    assert shard_nodes(plan, "zzz.tar") == []
+
+
+def test_partitioned_plan_accounts_for_every_copy():
+    rng = random.Random(1)
+    sizes = {name: rng.randint(1_000, 9_000) for name in shard_names(2_000)}
+    total = sum(sizes.values())
+    nodes = eight_nodes(free=total // 3)
+    plan = make_plan({"name": "ds", "mode": "auto", "replicas": 2, "headroom": 0.0}, records(sizes), nodes)
+    assert plan["mode"] == "partition"
+    assert plan["replicas"] == 2
+    assert plan["replicated_on"] is None
+    assert plan["total_bytes"] == total
+    assert plan["stored_bytes"] == 2 * total
+    assert sorted(plan["assignment"]) == sorted(sizes)
+    assert sum(info["bytes"] for info in plan["nodes"].values()) == 2 * total
+    assert sum(info["shards"] for info in plan["nodes"].values()) == 4_000
+    for host, info in plan["nodes"].items():
+        assert info["bytes"] <= info["capacity"] == total // 3
+        assert info["free_after"] == total // 3 - info["bytes"]
+        assert info["bytes"] == sum(sizes[name] for name in node_shards(plan, host))
+    assert plan["changes"]["fetch_copies"] == 4_000
+    assert plan["summary"].startswith("dataset ds: partition (2 copies per shard), 2000 shards, ")
+
+
+def test_replanning_the_same_inputs_changes_nothing():
+    sizes = equal_sizes(3_000, size=100)
+    plan = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, records(sizes), eight_nodes())
+    again = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, records(sizes), eight_nodes(), previous=json.loads(json.dumps(plan)))
+    assert again["assignment"] == plan["assignment"]
+    assert again["changes"] == {"fetch_copies": 0, "fetch_bytes": 0, "remove_copies": 0, "remove_bytes": 0, "moved_shards": 0, "dropped_nodes": []}
+    assert again["summary"].endswith("fetch 0 copies (0 B), remove 0 copies (0 B)")
+
+
+def test_a_new_node_fetches_what_the_others_remove():
+    sizes = equal_sizes(9_000, size=100)
+    settings = {"name": "ds", "mode": "partition", "replicas": 2}
+    before = make_plan(settings, records(sizes), eight_nodes())
+    after = make_plan(settings, records(sizes), eight_nodes(gpu8={"free_bytes": 10 ** 6}), previous=before)
+    new_node = after["nodes"]["gpu8"]
+    assert new_node["fetch_shards"] == new_node["shards"] > 0
+    assert new_node["remove_shards"] == 0
+    assert all(after["nodes"][host]["fetch_shards"] == 0 for host in eight_nodes())
+    changes = after["changes"]
+    assert changes["fetch_copies"] == changes["remove_copies"] == changes["moved_shards"] == new_node["shards"]
+    assert changes["fetch_bytes"] == changes["remove_bytes"] == 100 * new_node["shards"]
+    assert abs(new_node["shards"] / (18_000 / 9) - 1) < 0.08
+    gpu0 = node_changes(after, before, "gpu0")
+    assert gpu0["fetch"] == []
+    assert len(gpu0["remove"]) == after["nodes"]["gpu0"]["remove_shards"]
+    assert set(gpu0["remove"]) <= set(node_shards(after, "gpu8"))
+
+
+def test_dropped_shards_and_nodes_are_removed_with_their_old_sizes():
+    settings = {"name": "ds", "mode": "replicate"}
+    before = make_plan(settings, records({"a.tar": 10, "b.tar": 20, "c.tar": 40}), {"n1": {"free_bytes": 1000}, "n2": {"free_bytes": 1000}})
+    after = make_plan(settings, records({"a.tar": 10, "d.tar": 5}), {"n1": {"free_bytes": 1000}}, previous=before)
+    assert after["nodes"]["n1"]["fetch_shards"] == 1
+    assert after["nodes"]["n1"]["remove_bytes"] == 60
+    assert after["changes"] == {"fetch_copies": 1, "fetch_bytes": 5, "remove_copies": 5, "remove_bytes": 130,
+                                "moved_shards": 1, "dropped_nodes": ["n2"]}
+    assert node_changes(after, before, "n2") == {"fetch": [], "remove": ["a.tar", "b.tar", "c.tar"]}
+    assert node_changes(after, None, "n1") == {"fetch": ["a.tar", "d.tar"], "remove": []}
+
+
+def test_switching_from_replicate_to_partition_removes_the_extra_copies():
+    sizes = equal_sizes(1_000, size=100)
+    replicated = make_plan({"name": "ds", "headroom": 0.0}, records(sizes), eight_nodes(free=100_000))
+    assert replicated["mode"] == "replicate"
+    partitioned = make_plan({"name": "ds", "headroom": 0.0}, records(sizes), eight_nodes(free=99_999), previous=replicated)
+    assert partitioned["mode"] == "partition"
+    assert partitioned["changes"]["fetch_copies"] == 0
+    assert partitioned["changes"]["remove_copies"] == 7_000
+    assert partitioned["changes"]["remove_bytes"] == 700_000
+
+
+@pytest.mark.parametrize(
+    "dataset, message",
+    [
+        ("yt8m", "dataset settings must be a mapping"),
+        ({}, "dataset 'name' must be a non-empty string, got None"),
+        ({"name": "ds", "mode": "stream"}, "dataset 'ds': mode is 'stream'; choose one of auto, replicate, partition"),
+        ({"name": "ds", "replicas": 0}, "dataset 'ds': replicas is 0"),
+        ({"name": "ds", "replicas": "2"}, "dataset 'ds': replicas is '2'"),
+        ({"name": "ds", "replicas": True}, "dataset 'ds': replicas is True"),
+        ({"name": "ds", "headroom": 1.0}, "dataset 'ds': headroom is 1.0"),
+        ({"name": "ds", "headroom": -0.01}, "dataset 'ds': headroom is -0.01"),
+        ({"name": "ds", "replicas": 9}, "dataset 'ds': replicas is 9 but only 8 node(s) are targeted"),
+    ],
+)
+def test_make_plan_rejects_bad_settings(dataset, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        make_plan(dataset, records(equal_sizes(4)), eight_nodes())
+
+
+@pytest.mark.parametrize(
+    "shards, nodes, message",
+    [
+        ([{"name": "a.tar", "url": "http://s/a.tar", "size": None, "sha256": None}], None,
+         "dataset 'ds': shard 'a.tar' has no known size: give an index with sizes (wids 'filesize')"),
+        ([{"name": "a.tar", "size": -1}], None, "dataset 'ds' shard 'a.tar' size is -1"),
+        ([{"name": "a.tar", "size": 1}, {"name": "a.tar", "size": 1}], None, "dataset 'ds': shard 'a.tar' is listed twice"),
+        (["a.tar"], None, "dataset 'ds': shard entry 'a.tar' must be a mapping"),
+        ([], None, "dataset 'ds' has no shards"),
+        ([{"name": "a.tar", "size": 1}], {}, "dataset 'ds': no target nodes given"),
+        ([{"name": "a.tar", "size": 1}], {"gpu7": {"free": 10}}, "node 'gpu7' free_bytes is None"),
+        ([{"name": "a.tar", "size": 10 ** 7}], None, "are missing. Stream it from distributed storage"),
+    ],
+)
+def test_make_plan_rejects_bad_shards_and_nodes(shards, nodes, message):
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        make_plan({"name": "ds"}, shards, eight_nodes() if nodes is None else nodes)
+
+
+@pytest.mark.parametrize(
+    "previous, message",
+    [
+        ({"mode": "partition"}, "previous plan for dataset 'ds' is not a shard_staging plan (missing plan_version, dataset, shards"),
+        ("plan", "is not a shard_staging plan"),
+        ("other-dataset", "previous plan is for dataset 'other', not 'ds'"),
+        ("version-0", "previous plan for dataset 'ds' has plan_version 0"),
+    ],
+)
+def test_make_plan_rejects_an_unusable_previous_plan(previous, message):
+    shards = records(equal_sizes(4))
+    if previous == "other-dataset":
+        previous = make_plan({"name": "other"}, shards, eight_nodes())
+    elif previous == "version-0":
+        previous = dict(make_plan({"name": "ds"}, shards, eight_nodes()), plan_version=0)
+    with pytest.raises(ShardPlanError, match=re.escape(message)):
+        make_plan({"name": "ds"}, shards, eight_nodes(), previous=previous)
+
+
+def test_summarize_reports_the_fullest_node():
+    plan = make_plan({"name": "ds", "mode": "partition", "headroom": 0.0}, records({"a.tar": 3 * 2 ** 30, "b.tar": 2 ** 30}),
+                     {"x": {"free_bytes": 4 * 2 ** 30}, "y": {"free_bytes": 2 * 2 ** 30}})
+    fullest = max(plan["nodes"], key=lambda host: plan["nodes"][host]["bytes"] / plan["nodes"][host]["capacity"])
+    share = plan["nodes"][fullest]["bytes"] / plan["nodes"][fullest]["capacity"]
+    assert summarize(plan) == plan["summary"] == (
+        f"dataset ds: partition (1 copy per shard), 2 shards, 4.0 GiB (4.0 GiB stored) on 2 nodes, fullest {fullest} at {share:.1%} "
+        "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B)"
+    )
