@@ -42,8 +42,9 @@ rm -f "$root.log"
 # A container has no console to getty on, and machine-id must be unique per container.
 chroot "$root" systemctl mask getty@tty1.service serial-getty@ttyS0.service console-getty.service systemd-remount-fs.service >/dev/null 2>&1 || true
 : >"$root/etc/machine-id"
+# Keep the package lists, as a real installed host has them (check mode cannot refresh them).
 chroot "$root" apt-get clean
-rm -rf "$root"/var/lib/apt/lists/*
+
 
 tar -C "$root" -c . | docker import \
   --change 'CMD ["/lib/systemd/systemd"]' \

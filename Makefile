@@ -1,0 +1,34 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is a step of theirs.
+PYTHON ?= python3
+
+.PHONY: test demo demo-down venv docker images unit lint sanity molecule bench
+
+test:  ## every check, in order, with each stage's time (what CI runs)
+	@$(PYTHON) tests/harness/run_stages.py
+
+demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed
+	@tests/harness/demo.sh up
+
+demo-down:  ## remove the simulated lab
+	@tests/harness/demo.sh down
+
+venv:
+	@tests/harness/ensure-venv.sh
+
+docker:
+	@tests/harness/ensure-docker.sh
+
+images: docker
+	@tests/harness/build-images.sh
+
+lint: venv
+	@$(PYTHON) tests/harness/run_stages.py --only yamllint ansible-lint changelog argument-specs
+
+unit: venv
+	@$(PYTHON) tests/harness/run_stages.py --only unit
+
+sanity: venv
+	@$(PYTHON) tests/harness/run_stages.py --only sanity
+
+molecule: venv images
+	@$(PYTHON) tests/harness/run_stages.py --only molecule

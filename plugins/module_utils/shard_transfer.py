@@ -1,0 +1,1205 @@
+# -*- coding: utf-8 -*-
+# Copyright: dlinfra.gpu_cluster maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Stage a node's dataset shards into a local directory, atomically and resumably.
+
+``stage(shards, dest, ...)`` is the whole engine; the ``shard_fetch`` module and benchmarks call it.
+A shard appears under its final name only after it is complete, verified and fsynced; until then it
+lives in ``.NAME.part`` beside a ``.NAME.part.state`` file that records how much of it is durable and
+which source version (validator) it came from, so a later run can resume it with an HTTP Range request.
+A journal in ``dest`` remembers every staged shard (size, mtime_ns, sha256, validator) so a re-run
+confirms them from one directory scan, and so pruning only ever removes files this engine staged.
+
+Run without Ansible: ``python -m <this module> CONFIG.json`` where CONFIG holds stage()'s keyword
+arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
+"""
+
+import errno
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import queue
+import random
+import re
+import ssl
+import stat
+import sys
+import threading
+import time
+from urllib.parse import unquote, urljoin, urlsplit
+
+JOURNAL_NAME = ".shard_fetch.journal"
+LOCK_NAME = ".shard_fetch.lock"
+JOURNAL_VERSION = 1
+PART_SUFFIX = ".part"
+STATE_SUFFIX = ".part.state"
+MIB = 1 << 20
+MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
+VERIFY_CHOICES = ("quick", "full")
+SCHEMES = ("http", "https", "file")
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_REDIRECTS = (301, 302, 303, 307, 308)
+_MAX_REDIRECTS = 5
+_RETRYABLE_4XX = (408, 425, 429)
+# A wrong checksum is retried once (the bytes may have been damaged in flight); a second one is the source's.
+_MISMATCH_ATTEMPTS = 2
+# copy_file_range cannot serve this pair of files; copy through user space instead.
+_NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY)
+_LOCAL_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_USER_AGENT = "dlinfra.gpu_cluster-shard_fetch/1"
+
+
+class StagingError(Exception):
+    """Raised before anything is changed: bad input, unusable dest, too little space, dest locked."""
+
+
+class _TransientError(Exception):
+    """Worth retrying after a backoff: 5xx, connection trouble, a truncated body."""
+
+
+class _PermanentError(Exception):
+    """Retrying cannot help: 4xx, a missing source file, too many redirects."""
+
+
+class _ChecksumError(Exception):
+    """The bytes received are not the shard that was asked for (size or sha256)."""
+
+
+class _LocalError(Exception):
+    """Writing to dest failed (disk full, I/O error); retrying the source cannot help."""
+
+
+class Shard(object):
+    __slots__ = ("name", "url", "size", "sha256")
+
+    def __init__(self, name, url, size=None, sha256=None):
+        self.name = name
+        self.url = url
+        self.size = size
+        self.sha256 = sha256
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+# ---------------------------------------------------------------------------------------------
+
+def load_shards_file(path):
+    """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise StagingError("cannot read shards_file %s: %s" % (path, exc))
+    if isinstance(data, dict):
+        data = data.get("shards")
+    if not isinstance(data, list):
+        raise StagingError("shards_file %s must hold a JSON list of shards or an object with a 'shards' list" % path)
+    return data
+
+
+def _name_problem(name):
+    if not isinstance(name, str) or not name:
+        return "name must be a non-empty string"
+    if "/" in name or "\0" in name:
+        return "name must be a plain file name without '/'"
+    if name.startswith("."):
+        return "name must not start with '.' (hidden names are the engine's own partial and journal files)"
+    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return "name is longer than %d bytes" % MAX_NAME_BYTES
+    return None
+
+
+def _shard_problems(index, raw):
+    if not isinstance(raw, dict):
+        return ["shard #%d is not a mapping" % index], None
+    problems = []
+    name = raw.get("name")
+    label = "shard #%d (%s)" % (index, name)
+    name_problem = _name_problem(name)
+    if name_problem:
+        problems.append("%s: %s" % (label, name_problem))
+    url = raw.get("url")
+    if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
+        problems.append("%s: url must be an http://, https:// or file:// URL, got %r" % (label, url))
+    size = raw.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        problems.append("%s: size must be a non-negative integer, got %r" % (label, size))
+    sha256 = raw.get("sha256")
+    if sha256 is not None:
+        sha256 = sha256.lower() if isinstance(sha256, str) else sha256
+        if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
+            problems.append("%s: sha256 must be 64 hex digits, got %r" % (label, raw.get("sha256")))
+    unknown = sorted(set(raw) - {"name", "url", "size", "sha256"})
+    if unknown:
+        problems.append("%s: unknown keys %s" % (label, ", ".join(unknown)))
+    if problems:
+        return problems, None
+    return [], Shard(name, url, size, sha256)
+
+
+def normalize_shards(raw_shards, max_problems=20):
+    """Validate a list of shard mappings and return Shard objects; raise StagingError listing the problems."""
+    if not isinstance(raw_shards, list):
+        raise StagingError("shards must be a list of {name, url, size, sha256} mappings")
+    problems = []
+    shards = []
+    seen = set()
+    for index, raw in enumerate(raw_shards):
+        shard_problems, shard = _shard_problems(index, raw)
+        problems.extend(shard_problems)
+        if shard is None:
+            continue
+        if shard.name in seen:
+            problems.append("shard #%d (%s): duplicate name" % (index, shard.name))
+        seen.add(shard.name)
+        shards.append(shard)
+    if problems:
+        more = len(problems) - max_problems
+        listed = "; ".join(problems[:max_problems]) + ("; and %d more" % more if more > 0 else "")
+        raise StagingError("invalid shard list: %s" % listed)
+    return shards
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+def _write_atomically(path, data):
+    """Replace path with data so that a crash leaves either the old or the new content, never a mix."""
+    directory = os.path.dirname(path) or "."
+    temp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(temp)
+        raise
+    os.close(fd)
+    os.replace(temp, path)
+    _fsync_directory(directory)
+
+
+def _fsync_directory(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _hash_file(path, buffer_size):
+    """Return (sha256, size, mtime_ns) of a file, or None when it changed while being read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        before = os.fstat(fd)
+        hasher = hashlib.sha256()
+        buffer = bytearray(buffer_size)
+        view = memoryview(buffer)
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as reader:
+            while True:
+                count = reader.readinto(buffer)
+                if not count:
+                    break
+                hasher.update(view[:count])
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        return None
+    return hasher.hexdigest(), after.st_size, after.st_mtime_ns
+
+
+class Journal(object):
+    """The node-local record of staged shards: name -> [size, mtime_ns, sha256, validator]."""
+
+    def __init__(self, path, dest):
+        self.path = path
+        self.dest = dest
+        self.entries = {}
+        self.dirty = False
+        self.warning = None
+
+    @classmethod
+    def load(cls, path, dest):
+        journal = cls(path, dest)
+        try:
+            with open(path, "rb") as handle:
+                data = json.load(handle)
+        except FileNotFoundError:
+            return journal
+        except (OSError, ValueError) as exc:
+            journal.warning = "journal %s is unreadable (%s); staged files are re-verified and none is pruned" % (path, exc)
+            return journal
+        if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION or not isinstance(data.get("shards"), dict):
+            journal.warning = "journal %s has an unknown format; staged files are re-verified and none is pruned" % path
+            return journal
+        if data.get("dest") != dest:
+            raise StagingError("journal %s records the shards of %s, not of %s; give each dest its own journal"
+                               % (path, data.get("dest"), dest))
+        journal.entries = data["shards"]
+        return journal
+
+    def record(self, name, size, mtime_ns, sha256, validator):
+        self.entries[name] = [size, mtime_ns, sha256, validator]
+        self.dirty = True
+
+    def forget(self, name):
+        if self.entries.pop(name, None) is not None:
+            self.dirty = True
+
+    def save(self):
+        data = {"version": JOURNAL_VERSION, "dest": self.dest, "shards": self.entries}
+        _write_atomically(self.path, json.dumps(data, separators=(",", ":")).encode("utf-8"))
+        self.dirty = False
+
+
+class _DirectoryLock(object):
+    """An exclusive flock on dest so two runs never stage into the same directory at once."""
+
+    def __init__(self, dest):
+        self.path = os.path.join(dest, LOCK_NAME)
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self.fd)
+            raise StagingError("%s is locked by another shard_fetch run (%s); wait for it to finish" % (os.path.dirname(self.path), self.path))
+        return self
+
+    def __exit__(self, *exc_info):
+        os.close(self.fd)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transfer
+# ---------------------------------------------------------------------------------------------
+
+class _Partial(object):
+    """The hidden .NAME.part file of one shard and the .state file that makes it resumable.
+
+    The state file is written only after an fsync of the part file, and records the offset up to
+    which the part is durable, so a resume after a crash never trusts bytes that were not on disk.
+    """
+
+    def __init__(self, dest, shard, checkpoint_bytes):
+        self.shard = shard
+        self.path = os.path.join(dest, "." + shard.name + PART_SUFFIX)
+        self.state_path = os.path.join(dest, "." + shard.name + STATE_SUFFIX)
+        self.final_path = os.path.join(dest, shard.name)
+        self.checkpoint_bytes = checkpoint_bytes
+        self.fd = None
+        self.hasher = None
+        self.offset = 0
+        self.durable = 0
+        self.validator = None
+        self.total = None
+        self.resumed_from = 0
+        self.received = 0
+
+    def resume_offset(self, buffer_size):
+        """The offset to continue from: this process's progress, else the durable part a previous run left."""
+        if self.fd is not None:
+            return self.offset if self.validator else 0
+        state = self._read_state()
+        if not state:
+            return 0
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise _LocalError("cannot open %s: %s" % (self.path, exc.strerror))
+        self.fd = fd
+        try:
+            if os.fstat(fd).st_size < state["durable"]:
+                self.reset()
+                return 0
+            os.ftruncate(fd, state["durable"])
+            self.hasher = hashlib.sha256()
+            buffer = bytearray(buffer_size)
+            view = memoryview(buffer)
+            remaining = state["durable"]
+            os.lseek(fd, 0, os.SEEK_SET)
+            while remaining:
+                count = os.readv(fd, [view[:min(remaining, buffer_size)]])
+                if not count:
+                    raise _LocalError("%s shrank while being read" % self.path)
+                self.hasher.update(view[:count])
+                remaining -= count
+        except OSError as exc:
+            raise _LocalError("cannot read %s: %s" % (self.path, exc.strerror))
+        self.offset = self.durable = state["durable"]
+        self.validator = state["validator"]
+        self.total = state["size"]
+        self.resumed_from = self.offset
+        return self.offset
+
+    def _read_state(self):
+        try:
+            with open(self.state_path, "rb") as handle:
+                state = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        usable = (isinstance(state, dict) and state.get("url") == self.shard.url and state.get("validator")
+                  and isinstance(state.get("durable"), int) and state["durable"] > 0
+                  and (self.shard.size is None or state.get("size") == self.shard.size))
+        return state if usable else None
+
+    def restart(self, validator, total):
+        """Empty the part file to receive the shard from its first byte."""
+        try:
+            _unlink_quietly(self.state_path)
+            if self.fd is None:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            else:
+                os.ftruncate(self.fd, 0)
+                os.lseek(self.fd, 0, os.SEEK_SET)
+        except OSError as exc:
+            raise _LocalError("cannot create %s: %s" % (self.path, exc.strerror))
+        self.hasher = hashlib.sha256()
+        self.offset = self.durable = self.resumed_from = 0
+        self.validator = validator
+        self.total = total
+
+    def reset(self):
+        """Forget the content received so far; the next attempt starts from zero."""
+        self.restart(None, None)
+
+    def write(self, view):
+        self.hasher.update(view)
+        length = len(view)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            raise _LocalError("cannot write %s: %s" % (self.path, exc.strerror))
+        self.offset += length
+        self.received += length
+        if self.offset - self.durable >= self.checkpoint_bytes:
+            self.checkpoint()
+
+    def note_copied(self, count):
+        """Account for bytes the kernel copied into the part file; they are hashed from disk on commit."""
+        self.offset += count
+        self.received += count
+        self.hasher = None
+
+    def checkpoint(self):
+        """Make what was received durable and record it, so a crash after this point can resume here."""
+        if self.fd is None or not self.validator or self.offset <= self.durable:
+            return
+        try:
+            os.fsync(self.fd)
+            state = {"url": self.shard.url, "validator": self.validator, "size": self.total, "durable": self.offset}
+            temp = self.state_path + ".tmp"
+            with open(temp, "w") as handle:
+                json.dump(state, handle)
+            os.replace(temp, self.state_path)
+        except OSError as exc:
+            raise _LocalError("cannot record progress of %s: %s" % (self.path, exc.strerror))
+        self.durable = self.offset
+
+    def commit(self):
+        """Check size and sha256, make the file durable, and rename it to its final name."""
+        shard = self.shard
+        if shard.size is not None and self.offset != shard.size:
+            raise _ChecksumError("received %d bytes, expected %d" % (self.offset, shard.size))
+        digest = self.hasher.hexdigest() if self.hasher is not None else self._hash_from_disk()
+        if shard.sha256 is not None and digest != shard.sha256:
+            raise _ChecksumError("sha256 is %s, expected %s" % (digest, shard.sha256))
+        try:
+            os.fsync(self.fd)
+            info = os.fstat(self.fd)
+            os.close(self.fd)
+            self.fd = None
+            _unlink_quietly(self.state_path)
+            os.replace(self.path, self.final_path)
+            _fsync_directory(os.path.dirname(self.final_path))
+        except OSError as exc:
+            raise _LocalError("cannot finish %s: %s" % (self.final_path, exc.strerror))
+        return info.st_size, info.st_mtime_ns, digest
+
+    def _hash_from_disk(self):
+        hasher = hashlib.sha256()
+        position = 0
+        try:
+            while True:
+                data = os.pread(self.fd, 4 * MIB, position)
+                if not data:
+                    return hasher.hexdigest()
+                hasher.update(data)
+                position += len(data)
+        except OSError as exc:
+            raise _LocalError("cannot read back %s: %s" % (self.path, exc.strerror))
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def discard(self):
+        self.close()
+        _unlink_quietly(self.path)
+        _unlink_quietly(self.state_path)
+
+
+def _describe(exc):
+    if isinstance(exc, TimeoutError) or type(exc).__name__ == "timeout":
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return "%s: %s" % (type(exc).__name__, exc) if str(exc) else type(exc).__name__
+
+
+def _validator_of(response):
+    """The response's strong ETag, else its Last-Modified: what If-Range may name."""
+    etag = response.getheader("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return response.getheader("Last-Modified")
+
+
+def _content_length(response):
+    value = response.getheader("Content-Length")
+    return int(value) if value and value.isdigit() else None
+
+
+class _RateLimiter(object):
+    """Paces every worker together to one byte rate by handing out consecutive time slots."""
+
+    def __init__(self, rate):
+        self.rate = float(rate)
+        self.lock = threading.Lock()
+        self.next_slot = time.monotonic()
+
+    def chunk_size(self, buffer_size):
+        return max(16 * 1024, min(buffer_size, int(self.rate / 20)))
+
+    def wait(self, nbytes):
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next_slot)
+            self.next_slot = start + nbytes / self.rate
+        if start > now:
+            time.sleep(start - now)
+
+
+class _Connections(object):
+    """One worker's keep-alive HTTP/1.1 connections, one per origin."""
+
+    def __init__(self, timeout, ssl_context):
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        self.open = {}
+
+    def get(self, origin):
+        conn = self.open.get(origin)
+        if conn is not None:
+            return conn, True
+        scheme, host, port = origin
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self.ssl_context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+        self.open[origin] = conn
+        return conn, False
+
+    def drop(self, origin):
+        conn = self.open.pop(origin, None)
+        if conn is not None:
+            conn.close()
+
+    def release(self, origin, response):
+        """Keep the connection for the next shard only when its response was read to the end."""
+        if response.will_close or not response.isclosed():
+            self.drop(origin)
+
+    def close(self):
+        for origin in list(self.open):
+            self.drop(origin)
+
+
+class _Outcome(object):
+    __slots__ = ("kind", "shard", "size", "mtime_ns", "sha256", "validator", "reason", "received",
+                 "resumed", "hashed", "repaired", "forget")
+
+    def __init__(self, kind, shard, received=0):
+        self.kind = kind
+        self.shard = shard
+        self.received = received
+        self.size = self.mtime_ns = self.sha256 = self.validator = self.reason = None
+        self.resumed = self.hashed = self.repaired = self.forget = False
+
+
+_RESTART = object()
+
+
+class _Transfer(object):
+    """The settings of one run and the code that brings one shard into dest."""
+
+    def __init__(self, dest, retries, timeout, backoff, backoff_max, bandwidth_limit, buffer_size, checkpoint_bytes, check_mode):
+        self.dest = dest
+        self.retries = retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.limiter = _RateLimiter(bandwidth_limit) if bandwidth_limit else None
+        self.buffer_size = buffer_size
+        self.checkpoint_bytes = checkpoint_bytes
+        self.check_mode = check_mode
+        self._local = threading.local()
+        self._ssl_lock = threading.Lock()
+        self._ssl = None
+
+    def ssl_context(self):
+        with self._ssl_lock:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            return self._ssl
+
+    def _buffer(self):
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None:
+            buffer = self._local.buffer = memoryview(bytearray(self.buffer_size))
+        return buffer
+
+    # -- one shard ------------------------------------------------------------------------------
+
+    def process(self, shard, expected_sha256, conns):
+        """Confirm an existing file by its hash when expected_sha256 is given, else (or when that fails) fetch."""
+        repaired = False
+        if expected_sha256 is not None:
+            found = self._hash_existing(shard)
+            if found is not None and found[0] == expected_sha256:
+                outcome = _Outcome("confirmed", shard)
+                outcome.sha256, outcome.size, outcome.mtime_ns = found
+                outcome.hashed = True
+                return outcome
+            repaired = True
+        if self.check_mode:
+            outcome = _Outcome("would_fetch", shard)
+        else:
+            outcome = self._fetch(shard)
+            if outcome.kind == "failed" and repaired:
+                outcome.reason = "the staged copy does not match its sha256 and refetching failed: %s" % outcome.reason
+        outcome.hashed = outcome.repaired = repaired
+        return outcome
+
+    def _hash_existing(self, shard):
+        try:
+            return _hash_file(os.path.join(self.dest, shard.name), self.buffer_size)
+        except OSError:
+            return None
+
+    def _fetch(self, shard):
+        part = _Partial(self.dest, shard, self.checkpoint_bytes)
+        is_file = urlsplit(shard.url).scheme == "file"
+        attempt = mismatches = 0
+        try:
+            while True:
+                try:
+                    if is_file:
+                        self._copy_file(shard, part)
+                    else:
+                        self._download(shard, part)
+                    return self._finish(shard, part)
+                except (_PermanentError, _LocalError) as exc:
+                    return self._give_up(shard, part, str(exc))
+                except _ChecksumError as exc:
+                    part.discard()
+                    mismatches += 1
+                    reason = str(exc)
+                    if mismatches >= _MISMATCH_ATTEMPTS:
+                        return self._give_up(shard, part, "%s (on %d attempts)" % (reason, mismatches))
+                except (_TransientError, OSError, http.client.HTTPException) as exc:
+                    reason = _describe(exc)
+                attempt += 1
+                if attempt > self.retries:
+                    return self._give_up(shard, part, "%s (after %d attempts)" % (reason, attempt))
+                time.sleep(min(self.backoff_max, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+        finally:
+            part.close()
+
+    def _finish(self, shard, part):
+        resumed = part.resumed_from > 0
+        outcome = _Outcome("fetched", shard, part.received)
+        outcome.size, outcome.mtime_ns, outcome.sha256 = part.commit()
+        outcome.validator = part.validator
+        outcome.resumed = resumed
+        return outcome
+
+    def _give_up(self, shard, part, reason):
+        """Keep what was received (durably) for a later resume, and report the shard as failed."""
+        try:
+            part.checkpoint()
+        except _LocalError:
+            pass
+        return self._failure(shard, reason, part.received)
+
+    @staticmethod
+    def _failure(shard, reason, received=0):
+        outcome = _Outcome("failed", shard, received)
+        outcome.reason = reason
+        return outcome
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _download(self, shard, part):
+        conns = self._local.conns
+        offset = part.resume_offset(self.buffer_size)
+        while True:
+            headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+            if offset:
+                headers["Range"] = "bytes=%d-" % offset
+                headers["If-Range"] = part.validator
+            response, origin = self._open(shard.url, headers, conns)
+            try:
+                total = self._accept(response, part, offset)
+                if total is _RESTART:
+                    conns.drop(origin)
+                    part.reset()
+                    offset = 0
+                    continue
+                if shard.size is not None and total is not None and total != shard.size:
+                    raise _ChecksumError("the source has %d bytes, expected %d" % (total, shard.size))
+                self._receive(response, part, total)
+            except BaseException:
+                conns.drop(origin)
+                raise
+            conns.release(origin, response)
+            return
+
+    @staticmethod
+    def _accept(response, part, offset):
+        """Set part up for the response's body; return the shard's full size (None if unknown) or _RESTART."""
+        status = response.status
+        if status == 206 and offset:
+            match = _CONTENT_RANGE_RE.match(response.getheader("Content-Range") or "")
+            same_source = (match and int(match.group(1)) == offset and _validator_of(response) == part.validator
+                           and (part.total is None or int(match.group(3)) == part.total))
+            if not same_source:
+                return _RESTART
+            part.total = int(match.group(3))
+            return part.total
+        if status == 200:
+            part.restart(_validator_of(response), _content_length(response))
+            return part.total
+        if status == 416 and offset:
+            return _RESTART
+        if status in _RETRYABLE_4XX or status >= 500:
+            raise _TransientError("HTTP %d %s" % (status, response.reason))
+        raise _PermanentError("HTTP %d %s" % (status, response.reason))
+
+    def _receive(self, response, part, total):
+        buffer = self._buffer()
+        chunk = self.limiter.chunk_size(len(buffer)) if self.limiter else len(buffer)
+        ceiling = part.shard.size
+        while True:
+            want = chunk if total is None else min(chunk, total - part.offset)
+            if want <= 0:
+                break
+            if self.limiter:
+                self.limiter.wait(want)
+            count = response.readinto(buffer[:want])
+            if not count:
+                break
+            part.write(buffer[:count])
+            if ceiling is not None and part.offset > ceiling:
+                raise _ChecksumError("the source sent more than the expected %d bytes" % ceiling)
+        if total is not None and part.offset < total:
+            raise _TransientError("body truncated after %d of %d bytes" % (part.offset, total))
+
+    def _open(self, url, headers, conns):
+        """Send a GET, following redirects; return (response, origin) with the body unread."""
+        for _ in range(_MAX_REDIRECTS + 1):
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https"):
+                raise _PermanentError("redirected to %s, which is not an http(s) URL" % url)
+            origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+            target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+            response = self._send(conns, origin, target, headers)
+            location = response.getheader("Location")
+            if response.status not in _REDIRECTS or not location:
+                return response, origin
+            response.read(64 * 1024)
+            conns.release(origin, response)
+            url = urljoin(url, location)
+        raise _PermanentError("more than %d redirects" % _MAX_REDIRECTS)
+
+    @staticmethod
+    def _send(conns, origin, target, headers):
+        while True:
+            conn, reused = conns.get(origin)
+            try:
+                conn.request("GET", target, headers=headers)
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
+                conns.drop(origin)
+                if not reused:
+                    raise _TransientError(_describe(exc))
+                # The server closed an idle keep-alive connection: go again on a fresh one.
+            except (OSError, http.client.HTTPException) as exc:
+                conns.drop(origin)
+                raise _TransientError(_describe(exc))
+
+    # -- file:// ---------------------------------------------------------------------------------
+
+    def _copy_file(self, shard, part):
+        source = unquote(urlsplit(shard.url).path)
+        try:
+            src = os.open(source, os.O_RDONLY)
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            raise _PermanentError("cannot open %s: %s" % (source, exc.strerror))
+        except OSError as exc:
+            raise _TransientError("cannot open %s: %s" % (source, exc.strerror))
+        try:
+            info = os.fstat(src)
+            if not stat.S_ISREG(info.st_mode):
+                raise _PermanentError("%s is not a regular file" % source)
+            if shard.size is not None and info.st_size != shard.size:
+                raise _ChecksumError("the source has %d bytes, expected %d" % (info.st_size, shard.size))
+            part.checkpoint_bytes = float("inf")  # a local copy restarts rather than resumes
+            part.restart("%d-%d" % (info.st_size, info.st_mtime_ns), info.st_size)
+            self._copy_range(src, part, info.st_size)
+        finally:
+            os.close(src)
+        if part.offset < info.st_size:
+            raise _TransientError("%s ended after %d of %d bytes" % (source, part.offset, info.st_size))
+
+    def _copy_range(self, src, part, size):
+        use_kernel = hasattr(os, "copy_file_range")
+        buffer = self._buffer()
+        while part.offset < size:
+            want = min(size - part.offset, self.limiter.chunk_size(len(buffer)) if self.limiter else 64 * MIB)
+            if self.limiter:
+                self.limiter.wait(want)
+            if use_kernel:
+                try:
+                    count = os.copy_file_range(src, part.fd, want)
+                except OSError as exc:
+                    if exc.errno in _NO_COPY_RANGE:
+                        use_kernel = False
+                        continue
+                    if exc.errno in _LOCAL_FULL:
+                        raise _LocalError("cannot write %s: %s" % (part.path, exc.strerror))
+                    raise _TransientError("copying from the source failed: %s" % exc.strerror)
+                part.note_copied(count)
+            else:
+                want = min(want, len(buffer))
+                count = os.readv(src, [buffer[:want]])
+                if count:
+                    part.write(buffer[:count])
+            if not count:
+                return
+
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+def _human(nbytes):
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return "%.1f %s" % (value, unit) if unit != "B" else "%d B" % nbytes
+        value /= 1024
+    return "%d B" % nbytes
+
+
+def _nearest_existing(path):
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size):
+    problems = []
+    if not isinstance(concurrency, int) or not 1 <= concurrency <= 256:
+        problems.append("concurrency must be between 1 and 256, got %r" % (concurrency,))
+    if not isinstance(retries, int) or retries < 0:
+        problems.append("retries must be 0 or more, got %r" % (retries,))
+    if not timeout or timeout <= 0:
+        problems.append("timeout must be a positive number of seconds, got %r" % (timeout,))
+    if bandwidth_limit is not None and bandwidth_limit <= 0:
+        problems.append("bandwidth_limit must be a positive number of bytes per second (or unset), got %r" % (bandwidth_limit,))
+    if verify not in VERIFY_CHOICES:
+        problems.append("verify must be one of %s, got %r" % (", ".join(VERIFY_CHOICES), verify))
+    if backoff < 0 or journal_interval <= 0 or checkpoint_bytes <= 0 or buffer_size < 4096:
+        problems.append("backoff must be >= 0, journal_interval and checkpoint_bytes > 0, buffer_size >= 4096")
+    if problems:
+        raise StagingError("; ".join(problems))
+
+
+class _Run(object):
+    """The state of one stage() call: plan, transfers, journal updates, prune and the result."""
+
+    def __init__(self, shards, dest, journal_path, settings):
+        self.shards = shards
+        self.dest = dest
+        self.journal_path = journal_path
+        self.settings = settings
+        self.check_mode = settings["check_mode"]
+        self.report_limit = settings["report_limit"]
+        self.journal = None
+        self.counts = dict(fetched=0, fetched_bytes=0, resumed=0, confirmed=0, verified=0, repaired=0, removed=0, removed_bytes=0)
+        self.fetched_names = []
+        self.removed_names = []
+        self.failed = []
+        self.errors = []
+        self.warnings = []
+        self.fetch_seconds = 0.0
+        self.transfer = _Transfer(dest, settings["retries"], settings["timeout"], settings["backoff"], settings["backoff_max"],
+                                  settings["bandwidth_limit"], settings["buffer_size"], settings["checkpoint_bytes"], self.check_mode)
+
+    # -- preparation -----------------------------------------------------------------------------
+
+    def prepare_dest(self):
+        """Create dest and prove it writable, or (check mode) say whether that would work."""
+        dest = self.dest
+        if os.path.exists(dest) and not os.path.isdir(dest):
+            raise StagingError("dest %s exists and is not a directory; choose another dest or remove it" % dest)
+        if self.check_mode:
+            anchor = _nearest_existing(dest)
+            if not os.path.isdir(anchor) or not os.access(anchor, os.W_OK | os.X_OK):
+                raise StagingError("dest %s is not writable (checked %s); fix its permissions or choose another dest" % (dest, anchor))
+            if anchor != dest:
+                self.warnings.append("dest %s does not exist and would be created" % dest)
+            return
+        try:
+            os.makedirs(dest, exist_ok=True)
+            probe = os.path.join(dest, ".shard_fetch.probe.%d" % os.getpid())
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            os.unlink(probe)
+        except OSError as exc:
+            raise StagingError("dest %s is not writable: %s; fix its permissions or choose another dest" % (dest, exc.strerror or exc))
+
+    def load_journal(self):
+        real_dest = os.path.realpath(self.dest)
+        self.journal = Journal.load(self.journal_path, real_dest)
+        if self.journal.warning:
+            self.warnings.append(self.journal.warning)
+
+    def scan(self):
+        """One pass over dest: (final files of interest -> (is_regular, size, mtime_ns), partial sizes, state names)."""
+        files, partials, states = {}, {}, set()
+        if not os.path.isdir(self.dest):
+            return files, partials, states
+        interesting = set(self.journal.entries)
+        interesting.update(shard.name for shard in self.shards)
+        with os.scandir(self.dest) as entries:
+            for entry in entries:
+                name = entry.name
+                if name in interesting:
+                    info = entry.stat(follow_symlinks=False)
+                    files[name] = (stat.S_ISREG(info.st_mode), info.st_size, info.st_mtime_ns)
+                elif name.startswith("."):
+                    if name.endswith(PART_SUFFIX):
+                        partials[name[1:-len(PART_SUFFIX)]] = entry.stat(follow_symlinks=False).st_size
+                    elif name.endswith(STATE_SUFFIX):
+                        states.add(name[1:-len(STATE_SUFFIX)])
+        return files, partials, states
+
+    def plan(self, files, verify):
+        """Sort the shards into confirmed, tasks (shard, sha256 to check first or None) and failures."""
+        tasks = []
+        entries = self.journal.entries
+        for shard in self.shards:
+            found = files.get(shard.name)
+            if found is None:
+                tasks.append((shard, None))
+                continue
+            regular, size, mtime_ns = found
+            if not regular:
+                self._record_failure(shard, "%s exists and is not a regular file; move it away" % os.path.join(self.dest, shard.name))
+                continue
+            entry = entries.get(shard.name)
+            staged = entry is not None and entry[0] == size and entry[1] == mtime_ns
+            if staged and shard.sha256 is not None and shard.sha256 != entry[2]:
+                tasks.append((shard, None))
+            elif shard.size is not None and shard.size != size:
+                tasks.append((shard, None))
+            elif staged and verify == "quick":
+                self.counts["confirmed"] += 1
+            elif staged:
+                tasks.append((shard, shard.sha256 or entry[2]))
+            elif shard.sha256 is not None:
+                tasks.append((shard, shard.sha256))
+            else:
+                tasks.append((shard, None))
+        return tasks
+
+    def check_space(self, tasks, partials):
+        needed = unknown = count = 0
+        for shard, expected in tasks:
+            if expected is not None:
+                continue
+            count += 1
+            if shard.size is None:
+                unknown += 1
+            else:
+                needed += max(0, shard.size - partials.get(shard.name, 0))
+        anchor = _nearest_existing(self.dest)
+        info = os.statvfs(anchor)
+        free = info.f_bavail * info.f_frsize
+        if needed > free:
+            raise StagingError(
+                "not enough free space for %s: %d shards need %d bytes (%s) but only %d bytes (%s) are free on its filesystem; "
+                "short by %d bytes (%s). Free space there or assign fewer shards to this node"
+                % (self.dest, count, needed, _human(needed), free, _human(free), needed - free, _human(needed - free)))
+        if unknown:
+            self.warnings.append("%d shards have no size; the free-space check could not count them" % unknown)
+        return needed
+
+    # -- transfers -------------------------------------------------------------------------------
+
+    def execute(self, tasks):
+        """Run the tasks on worker threads; apply outcomes and save the journal periodically from this thread."""
+        if self.check_mode:
+            for shard, expected in tasks:
+                if expected is None:
+                    self._apply(_Outcome("would_fetch", shard))
+            tasks = [task for task in tasks if task[1] is not None]
+        if not tasks:
+            return
+        started = time.monotonic()
+        todo, done = queue.Queue(), queue.Queue()
+        for task in tasks:
+            todo.put(task)
+        workers = [threading.Thread(target=self._work, args=(todo, done), name="shard-fetch-%d" % index, daemon=True)
+                   for index in range(min(self.settings["concurrency"], len(tasks)))]
+        for worker in workers:
+            todo.put(None)
+            worker.start()
+        interval = self.settings["journal_interval"]
+        next_save = time.monotonic() + interval
+        remaining = len(tasks)
+        while remaining:
+            try:
+                outcome = done.get(timeout=interval)
+            except queue.Empty:
+                outcome = None
+            if outcome is not None:
+                self._apply(outcome)
+                remaining -= 1
+            if not self.check_mode and self.journal.dirty and time.monotonic() >= next_save:
+                self._save_journal(during_run=True)
+                next_save = time.monotonic() + interval
+        for worker in workers:
+            worker.join()
+        self.fetch_seconds = time.monotonic() - started
+
+    def _work(self, todo, done):
+        transfer = self.transfer
+        conns = transfer._local.conns = _Connections(self.settings["timeout"], transfer.ssl_context)
+        try:
+            while True:
+                task = todo.get()
+                if task is None:
+                    return
+                shard, expected = task
+                try:
+                    outcome = transfer.process(shard, expected, conns)
+                except Exception as exc:  # pylint: disable=broad-except
+                    # A bug must cost one shard, not hang the run waiting for its outcome.
+                    outcome = transfer._failure(shard, "internal error: %r" % exc)
+                done.put(outcome)
+        finally:
+            conns.close()
+
+    def _apply(self, outcome):
+        counts = self.counts
+        shard = outcome.shard
+        counts["fetched_bytes"] += outcome.received
+        if outcome.hashed:
+            counts["verified"] += 1
+        if outcome.kind == "confirmed":
+            counts["confirmed"] += 1
+            previous = self.journal.entries.get(shard.name)
+            validator = previous[3] if previous and len(previous) > 3 else None
+            self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, validator)
+        elif outcome.kind in ("fetched", "would_fetch"):
+            counts["fetched"] += 1
+            counts["resumed"] += int(outcome.resumed)
+            counts["repaired"] += int(outcome.repaired)
+            if outcome.kind == "would_fetch":
+                counts["fetched_bytes"] += shard.size or 0
+            else:
+                self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, outcome.validator)
+            if len(self.fetched_names) < self.report_limit:
+                self.fetched_names.append(shard.name)
+        else:
+            reason = outcome.reason
+            if outcome.repaired and self._withdraw_corrupt(shard):
+                reason += "; the corrupt staged copy was removed"
+            self._record_failure(shard, reason)
+
+    def _withdraw_corrupt(self, shard):
+        """Remove a staged shard that failed verification and could not be replaced, so no reader uses it."""
+        entry = self.journal.entries.get(shard.name)
+        path = os.path.join(self.dest, shard.name)
+        try:
+            info = os.lstat(path)
+            if entry is None or (info.st_size, info.st_mtime_ns) != tuple(entry[:2]):
+                return False
+            os.unlink(path)
+        except OSError:
+            return False
+        self.journal.forget(shard.name)
+        return True
+
+    def _record_failure(self, shard, reason):
+        self.failed.append({"name": shard.name, "url": shard.url, "reason": reason})
+
+    def _save_journal(self, during_run=False):
+        try:
+            self.journal.save()
+        except OSError as exc:
+            message = "cannot write the journal %s: %s" % (self.journal_path, exc.strerror or exc)
+            if during_run:
+                if message not in self.warnings:
+                    self.warnings.append(message + " (retried at the end of the run)")
+            else:
+                self.errors.append(message + "; the next run re-verifies what this one staged")
+
+    # -- prune -----------------------------------------------------------------------------------
+
+    def prune(self, partials, states):
+        """Remove staged shards that are no longer assigned, and the engine's leftovers for them."""
+        assigned = set(shard.name for shard in self.shards)
+        for name in [name for name in self.journal.entries if name not in assigned]:
+            size, mtime_ns = self.journal.entries[name][:2]
+            path = os.path.join(self.dest, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                self.journal.forget(name)
+                continue
+            except OSError as exc:
+                self.errors.append("cannot inspect %s for pruning: %s" % (path, exc.strerror))
+                continue
+            if not stat.S_ISREG(info.st_mode) or (info.st_size, info.st_mtime_ns) != (size, mtime_ns):
+                self.warnings.append("kept %s: it changed after it was staged, so it is no longer the engine's to remove" % path)
+                self.journal.forget(name)
+                continue
+            if not self.check_mode:
+                try:
+                    os.unlink(path)
+                except OSError as exc:
+                    self.errors.append("cannot remove %s: %s" % (path, exc.strerror))
+                    continue
+                self.journal.forget(name)
+            self.counts["removed"] += 1
+            self.counts["removed_bytes"] += size
+            if len(self.removed_names) < self.report_limit:
+                self.removed_names.append(name)
+        # A partial is the engine's own when its state file exists (written at the first checkpoint).
+        if not self.check_mode:
+            for name in states:
+                if name not in assigned:
+                    _unlink_quietly(os.path.join(self.dest, "." + name + PART_SUFFIX))
+                    _unlink_quietly(os.path.join(self.dest, "." + name + STATE_SUFFIX))
+            _fsync_directory(self.dest)
+
+    # -- result ----------------------------------------------------------------------------------
+
+    def result(self, started):
+        elapsed = time.monotonic() - started
+        counts = self.counts
+        throughput = counts["fetched_bytes"] / self.fetch_seconds if self.fetch_seconds and not self.check_mode else 0.0
+        result = dict(counts)
+        result.update(
+            changed=bool(counts["fetched"] or counts["removed"]),
+            total=len(self.shards),
+            failed_shards=self.failed,
+            errors=self.errors,
+            fetched_names=self.fetched_names,
+            removed_names=self.removed_names,
+            elapsed=round(elapsed, 3),
+            throughput=round(throughput, 1),
+            dest=self.dest,
+            journal=self.journal_path,
+            warnings=self.warnings,
+        )
+        return result
+
+
+def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
+          journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
+          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20):
+    """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
+
+    Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
+    space or a concurrent run. Per-shard failures do not raise: they are listed in result["failed_shards"]
+    and the other shards are still staged; prune then does nothing. check_mode only reads (and hashes
+    where verification is due) and reports what a real run would do.
+    """
+    started = time.monotonic()
+    _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size)
+    shards = normalize_shards(shards)
+    dest = os.path.abspath(dest)
+    journal_path = os.path.abspath(journal) if journal else os.path.join(dest, JOURNAL_NAME)
+    settings = dict(concurrency=concurrency, retries=retries, timeout=timeout, bandwidth_limit=bandwidth_limit,
+                    check_mode=check_mode, backoff=backoff, backoff_max=backoff_max, journal_interval=journal_interval,
+                    checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit)
+    run = _Run(shards, dest, journal_path, settings)
+    run.prepare_dest()
+    if check_mode:
+        return _stage_locked(run, verify, prune, started)
+    with _DirectoryLock(dest):
+        return _stage_locked(run, verify, prune, started)
+
+
+def _stage_locked(run, verify, prune, started):
+    run.load_journal()
+    files, partials, states = run.scan()
+    tasks = run.plan(files, verify)
+    run.check_space(tasks, partials)
+    run.execute(tasks)
+    if prune and (run.failed or run.errors):
+        run.warnings.append("prune skipped: %d shards failed, so nothing unassigned was removed" % len(run.failed))
+    elif prune:
+        run.prune(partials, states)
+    if run.journal.dirty and not run.check_mode:
+        run._save_journal()
+    return run.result(started)
+
+
+def _main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m %s CONFIG.json (stage() keyword arguments plus shards or shards_file)\n" % __name__)
+        return 2
+    with open(argv[1]) as handle:
+        config = json.load(handle)
+    try:
+        shards = load_shards_file(config.pop("shards_file")) if "shards_file" in config else config.pop("shards")
+        result = stage(shards, **config)
+    except StagingError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    print(json.dumps(result))
+    return 1 if result["failed_shards"] or result["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))

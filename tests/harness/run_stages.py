@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""`make test`: every check in order, stopping at the first failure; each stage's time and a closing summary.
+
+  run_stages.py                 all stages
+  run_stages.py --only NAME...  just those stages (names as printed; 'molecule' selects every scenario)
+"""
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HARNESS = "tests/harness"
+
+
+def molecule_scenarios():
+    names = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+    # The multi-node scenario runs site.yml over every role: last, once each role has passed alone.
+    return sorted(names, key=lambda name: name == "cluster")
+
+
+def stages():
+    yield "venv", [HARNESS + "/ensure-venv.sh"]
+    yield "docker", [HARNESS + "/ensure-docker.sh"]
+    yield "images", [HARNESS + "/build-images.sh"]
+    yield "yamllint", ["yamllint", "--strict", "."]
+    yield "ansible-lint", ["ansible-lint", "--profile", "production"]
+    yield "changelog", ["antsibull-changelog", "lint"]
+    yield "argument-specs", ["python", HARNESS + "/role_docs.py"]
+    yield "unit", ["pytest", "-q", "-p", "no:cacheprovider"]
+    yield "sanity", [HARNESS + "/sanity.sh"]
+    for scenario in molecule_scenarios():
+        yield "molecule:" + scenario, ["molecule", "test", "-s", scenario]
+    yield "collection", [HARNESS + "/collection.sh"]
+
+
+def selected(name, only):
+    return not only or name in only or name.split(":")[0] in only
+
+
+def main(argv):
+    only = argv[argv.index("--only") + 1:] if "--only" in argv else []
+    env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")),
+               PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
+    results = []
+    for name, command in stages():
+        if not selected(name, only):
+            continue
+        print("\n===== stage %s: %s" % (name, " ".join(command)), flush=True)
+        started = time.monotonic()
+        returncode = subprocess.call(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        elapsed = time.monotonic() - started
+        results.append((name, returncode, elapsed))
+        print("===== stage %s: %s in %.0f s" % (name, "passed" if returncode == 0 else "FAILED (exit %d)" % returncode, elapsed), flush=True)
+        if returncode != 0:
+            break
+
+    print("\n%-28s %8s  %s" % ("stage", "seconds", "result"))
+    for name, returncode, elapsed in results:
+        print("%-28s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))
+    print("%-28s %8.0f" % ("total", sum(r[2] for r in results)))
+    failed = sum(1 for r in results if r[1] != 0)
+    print("%d passed, %d failed" % (len(results) - failed, failed))
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
