@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 # Copyright: dlinfra.gpu_cluster contributors
 # Apache License 2.0 (see LICENSE)
 """Time the shard_staging planner: 100,000 shards on 8 nodes and on 1,000 nodes with 2 replicas.
 
     .venv/bin/python benchmarks/staging/bench_plan.py            # full run, prints the figures
     .venv/bin/python benchmarks/staging/bench_plan.py --quick    # small correctness-only run
-    .venv/bin/python benchmarks/staging/bench_plan.py --pure-large --json   # also the pure-Python 1,000-node plan (minutes)
+    .venv/bin/python benchmarks/staging/bench_plan.py --pure-large --json   # also the pure-Python 1,000-node plan (a minute)
 
 ``run(quick)`` returns the same figures as a dict for a larger benchmark script.
 """
@@ -104,7 +103,7 @@ def run(quick: bool, pure_large: bool = False) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 shards only; checks that the numpy and pure-Python paths agree")
-    parser.add_argument("--pure-large", action="store_true", help="also time the pure-Python path at 1,000 nodes (about two minutes)")
+    parser.add_argument("--pure-large", action="store_true", help="also time the pure-Python path at 1,000 nodes (about a minute)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     result = run(args.quick, pure_large=args.pure_large)

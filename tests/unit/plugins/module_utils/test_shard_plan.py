@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_plan
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
     ShardPlanError,
+    changes_by_node,
     choose_mode,
     expand_source,
     hrw_score,
@@ -474,7 +475,7 @@ def test_nodes_without_usable_space_get_nothing():
 def test_placement_does_not_depend_on_input_order():
     rng = random.Random(3)
     sizes = {name: rng.randint(1, 100) for name in shard_names(3_000)}
-    capacities = {f"node-{rng.randint(0, 10 ** 6)}": rng.randint(40_000, 90_000) for _ in range(12)}
+    capacities = {f"node-{rng.randint(0, 10 ** 6)}": rng.randint(40_000, 90_000) for _node in range(12)}
     reference = place_shards(sizes, capacities, 2)
     shuffled_names = list(sizes)
     rng.shuffle(shuffled_names)
@@ -659,6 +660,10 @@ def test_a_new_node_fetches_what_the_others_remove():
     assert gpu0["fetch"] == []
     assert len(gpu0["remove"]) == after["nodes"]["gpu0"]["remove_shards"]
     assert set(gpu0["remove"]) <= set(node_shards(after, "gpu8"))
+    every_node = changes_by_node(after, before)
+    assert sorted(every_node) == sorted(after["nodes"])
+    assert all(every_node[host] == node_changes(after, before, host) for host in every_node)
+    assert sum(len(change["fetch"]) for change in every_node.values()) == changes["fetch_copies"]
 
 
 def test_dropped_shards_and_nodes_are_removed_with_their_old_sizes():
@@ -671,6 +676,10 @@ def test_dropped_shards_and_nodes_are_removed_with_their_old_sizes():
                                 "moved_shards": 1, "dropped_nodes": ["n2"]}
     assert node_changes(after, before, "n2") == {"fetch": [], "remove": ["a.tar", "b.tar", "c.tar"]}
     assert node_changes(after, None, "n1") == {"fetch": ["a.tar", "d.tar"], "remove": []}
+    assert changes_by_node(after, before) == {
+        "n1": {"fetch": ["d.tar"], "remove": ["b.tar", "c.tar"]},
+        "n2": {"fetch": [], "remove": ["a.tar", "b.tar", "c.tar"]},
+    }
 
 
 def test_switching_from_replicate_to_partition_removes_the_extra_copies():
