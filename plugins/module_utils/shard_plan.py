@@ -747,7 +747,7 @@ def _human(count):
     if count < 1024:
         return f"{count} B"
     value = float(count)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
         value /= 1024
         if value < 1024:
             break

@@ -750,6 +750,14 @@ def test_make_plan_rejects_an_unusable_previous_plan(previous, message):
         make_plan({"name": "ds"}, shards, eight_nodes(), previous=previous)
 
 
+@pytest.mark.parametrize(
+    "count, text",
+    [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 2 ** 40, "5.0 TiB"), (90 * 2 ** 50, "90.0 PiB")],
+)
+def test_byte_counts_read_naturally(count, text):
+    assert shard_plan._human(count) == text
+
+
 def test_summarize_reports_the_fullest_node():
     plan = make_plan({"name": "ds", "mode": "partition", "headroom": 0.0}, records({"a.tar": 3 * 2 ** 30, "b.tar": 2 ** 30}),
                      {"x": {"free_bytes": 4 * 2 ** 30}, "y": {"free_bytes": 2 * 2 ** 30}})
