@@ -462,6 +462,8 @@ class _Partial(object):
 
 
 def _describe(exc):
+    if isinstance(exc, _TransientError):
+        return str(exc)
     if isinstance(exc, TimeoutError) or type(exc).__name__ == "timeout":
         return "timed out"
     if isinstance(exc, OSError) and exc.strerror:

@@ -1,0 +1,167 @@
+# -*- coding: utf-8 -*-
+# Copyright: dlinfra.gpu_cluster maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""A local HTTP/1.1 shard server (127.0.0.1 only) whose faults are chosen per path, for the transfer tests."""
+
+import hashlib
+import os
+import threading
+import time
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class Fault(object):
+    """What goes wrong with the next `times` responses for a path (times=None: every response).
+
+    kinds: status (send `code`), truncate (announce the full length, send `after` bytes, close),
+    corrupt (flip one byte of the body), slow (send at `rate` bytes/s).
+    """
+
+    def __init__(self, kind, times=1, **params):
+        self.kind = kind
+        self.times = times
+        self.params = params
+
+
+class ShardServer(object):
+    def __init__(self):
+        self.blobs = {}
+        self.redirects = {}
+        self.faults = {}
+        self.log = []
+        self.lock = threading.Lock()
+        self.honour_if_range = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.shard_server = self
+        self.base = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def add(self, name, data, etag=None, last_modified=None):
+        """Serve data at /name; returns its URL. A new add() of the same name is a new version of the file."""
+        etag = etag or '"%s"' % hashlib.sha256(data).hexdigest()[:16]
+        self.blobs["/" + name] = (data, etag, last_modified or formatdate(time.time() - 60, usegmt=True))
+        return self.url(name)
+
+    def redirect(self, name, target):
+        self.redirects["/" + name] = target
+        return self.url(name)
+
+    def url(self, name):
+        return "%s/%s" % (self.base, name)
+
+    def inject(self, name, kind, times=1, **params):
+        self.faults.setdefault("/" + name, []).append(Fault(kind, times, **params))
+
+    def take_fault(self, path):
+        with self.lock:
+            faults = self.faults.get(path) or []
+            if not faults:
+                return None
+            fault = faults[0]
+            if fault.times is not None:
+                fault.times -= 1
+                if fault.times <= 0:
+                    faults.pop(0)
+            return fault
+
+    def requests(self, name=None):
+        with self.lock:
+            return [dict(entry) for entry in self.log if name is None or entry["path"] == "/" + name]
+
+    def record(self, entry):
+        with self.lock:
+            self.log.append(entry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        server = self.server.shard_server
+        entry = {"path": self.path, "range": self.headers.get("Range"), "if_range": self.headers.get("If-Range"),
+                 "client": self.client_address[1], "status": None, "sent": 0}
+        server.record(entry)
+        fault = server.take_fault(self.path)
+        if self.path in server.redirects:
+            return self._reply(entry, 302, b"", {"Location": server.redirects[self.path]})
+        if fault is not None and fault.kind == "status":
+            return self._reply(entry, fault.params["code"], b"injected failure\n")
+        if self.path not in server.blobs:
+            return self._reply(entry, 404, b"not found\n")
+        data, etag, last_modified = server.blobs[self.path]
+        headers = {"ETag": etag, "Last-Modified": last_modified}
+        status, start = 200, 0
+        wanted = self.headers.get("Range")
+        if_range = self.headers.get("If-Range")
+        if wanted and (if_range in (None, etag, last_modified) or not server.honour_if_range):
+            start = int(wanted.split("=")[1].split("-")[0])
+            if start >= len(data):
+                return self._reply(entry, 416, b"", {"Content-Range": "bytes */%d" % len(data)})
+            status = 206
+            headers["Content-Range"] = "bytes %d-%d/%d" % (start, len(data) - 1, len(data))
+        body = data[start:]
+        if fault is not None and fault.kind == "corrupt":
+            middle = len(body) // 2
+            body = body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1:]
+        self._reply(entry, status, body, headers, fault)
+
+    def _reply(self, entry, status, body, headers=None, fault=None):
+        entry["status"] = status
+        self.send_response(status)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        view = memoryview(body)
+        try:
+            if fault is not None and fault.kind == "truncate":
+                self.wfile.write(view[:fault.params["after"]])
+                entry["sent"] = min(len(body), fault.params["after"])
+                self.close_connection = True
+            elif fault is not None and fault.kind == "slow":
+                step = max(1, fault.params["rate"] // 20)
+                for offset in range(0, len(view), step):
+                    self.wfile.write(view[offset:offset + step])
+                    entry["sent"] += len(view[offset:offset + step])
+                    time.sleep(0.05)
+            else:
+                self.wfile.write(view)
+                entry["sent"] = len(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+@pytest.fixture
+def shard_server():
+    server = ShardServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+@pytest.fixture
+def make_shards(shard_server):
+    """make_shards({"a.tar": 1000, ...}, with_size=True, with_sha=True) -> (shard list, {name: bytes})."""
+
+    def make(sizes, with_size=True, with_sha=True):
+        shards, contents = [], {}
+        for name, size in sizes.items():
+            data = os.urandom(size)
+            contents[name] = data
+            shard = {"name": name, "url": shard_server.add(name, data)}
+            if with_size:
+                shard["size"] = size
+            if with_sha:
+                shard["sha256"] = hashlib.sha256(data).hexdigest()
+            shards.append(shard)
+        return shards, contents
+
+    return make
