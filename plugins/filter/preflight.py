@@ -39,11 +39,15 @@ def inventory_problems(groups, settings):
                 % (host, targets_group, pattern.pattern))
 
     head_group = settings.get("head_group")
-    heads = sorted(set(groups.get(head_group) or [])) if head_group else []
-    if len(heads) > 1 and len(heads) % 2 == 0:
-        problems.append(
-            "inventory: [%s] holds %d control planes (%s), an even number has no quorum; fix: use 1, 3 or 5"
-            % (head_group, len(heads), _names(heads)))
+    heads_by_cluster = defaultdict(list)
+    for host in sorted(set(groups.get(head_group) or [])) if head_group else []:
+        heads_by_cluster[" and ".join(clusters_of.get(host, [])) or "no cluster"].append(host)
+    for cluster in sorted(heads_by_cluster):
+        heads = heads_by_cluster[cluster]
+        if len(heads) > 1 and len(heads) % 2 == 0:
+            problems.append(
+                "%s: [%s] holds %d control planes (%s), an even number has no quorum; fix: use 1, 3 or 5 per cluster"
+                % (cluster, head_group, len(heads), _names(heads)))
     return problems
 
 

@@ -10,8 +10,17 @@ if [ -x .venv/bin/python ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
 fi
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null || { echo "ensure-venv: $python not found: install python3 (3.11) and python3-venv" >&2; exit 1; }
+if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
+  [ "$(id -u)" -eq 0 ] || { echo "ensure-venv: $python cannot create venvs: sudo apt-get install python3-venv" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null
+fi
 echo "ensure-venv: building .venv from requirements.txt"
 rm -rf .venv
 "$python" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -r requirements.txt
+log=.venv/pip-install.log
+.venv/bin/pip install --disable-pip-version-check -r requirements.txt >"$log" 2>&1 || {
+  tail -n 30 "$log" >&2
+  echo "ensure-venv: pip install failed (whole log: $log)" >&2
+  exit 1
+}
 echo "$want" >"$stamp"

@@ -36,12 +36,19 @@ def test_good_inventory_has_no_problems():
     ({"gpu_nodes": []}, "inventory: required group 'gpu_nodes' is missing or empty"),
     ({"cluster_b": ["w2"]}, "w2: in 2 clusters (cluster_a and cluster_b); fix: keep the host in exactly one cluster group"),
     ({"stage_targets": ["w1", "x9"]}, "x9: a staging target ([stage_targets]) that is in no cluster"),
-    ({"head": ["h1", "w1"]}, "inventory: [head] holds 2 control planes (h1, w1), an even number has no quorum; fix: use 1, 3 or 5"),
+    ({"head": ["h1", "w1"]}, "cluster_a: [head] holds 2 control planes (h1, w1), an even number has no quorum; fix: use 1, 3 or 5"),
 ])
 def test_each_inventory_problem_is_named(change, expected):
     problems = inventory_problems(dict(GOOD_GROUPS, **change), SETTINGS)
     assert len(problems) == 1
     assert problems[0].startswith(expected)
+
+
+def test_quorum_is_counted_per_cluster():
+    groups = dict(GOOD_GROUPS, head=["h1", "h2"], cluster_b=["h2"])
+    assert inventory_problems(groups, SETTINGS) == []
+    groups = dict(GOOD_GROUPS, head=["h1", "w1", "h2", "h3"], cluster_b=["h2", "h3"])
+    assert [p.split(":")[0] for p in inventory_problems(groups, SETTINGS)] == ["cluster_a", "cluster_b"]
 
 
 def test_three_heads_have_quorum_and_empty_settings_skip_checks():
