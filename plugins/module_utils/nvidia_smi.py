@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure helpers that read NVIDIA GPU state: nvidia-smi XML, sysfs PCI entries and the driver's version files.
 
 Nothing here runs a command or needs Ansible, so modules, filters and tests can share it.

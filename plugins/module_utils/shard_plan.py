@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side planning for the shard_staging role: which node keeps which shard of a sharded dataset.
 
 Pure Python (stdlib only; numpy is used when importable, never required). The pieces, in the order the role uses them:
