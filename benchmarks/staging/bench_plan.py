@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Time the shard_staging planner: 100,000 shards on 8 nodes and on 1,000 nodes with 2 replicas.
 
     .venv/bin/python benchmarks/staging/bench_plan.py            # full run, prints the figures
