@@ -1,6 +1,5 @@
-# -*- coding: utf-8 -*-
-# Copyright: dlinfra.gpu_cluster maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
 """Stage a node's dataset shards into a local directory, atomically and resumably.
 
 ``stage(shards, dest, ...)`` is the whole engine; the ``shard_fetch`` module and benchmarks call it.

@@ -1,6 +1,5 @@
-# -*- coding: utf-8 -*-
-# Copyright: dlinfra.gpu_cluster maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
 """A local HTTP/1.1 shard server (127.0.0.1 only) whose faults are chosen per path, for the transfer tests."""
 
 import hashlib

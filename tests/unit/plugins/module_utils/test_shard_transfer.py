@@ -1,6 +1,5 @@
-# -*- coding: utf-8 -*-
-# Copyright: dlinfra.gpu_cluster maintainers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
 """The shard transfer engine against real files and a real local HTTP server with injected faults."""
 
 import errno

@@ -1,0 +1,316 @@
+#!/usr/bin/python
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: shard_fetch
+short_description: Stage a node's dataset shards onto local disk, verified, resumable and prunable
+description:
+  - Fetches the dataset shards assigned to this node (for example WebDataset C(.tar) shards) from
+    C(http://), C(https://) or C(file://) URLs into O(dest), several at a time over keep-alive connections.
+  - Each shard is received into a hidden C(.NAME.part) file, checked against its size and sha256,
+    fsynced and only then renamed to its final name, so readers that glob C(*.tar) never see a partial shard.
+  - An interrupted transfer resumes with an HTTP Range request when the source still has the same ETag
+    (or Last-Modified) and size; otherwise it starts again from the first byte.
+  - A journal in O(dest) records every staged shard (size, mtime, sha256, source validator). A re-run
+    confirms staged shards from one directory scan without reading them, and O(prune) only ever removes
+    shards that this module staged.
+  - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal) and C(.shard_fetch.lock) in O(dest) belong to this module.
+  - One failing shard does not stop the others; the task fails at the end listing every failed shard
+    with its URL and the reason. Unusable O(dest) and too little free space fail before anything is fetched.
+version_added: 0.1.0
+author:
+  - dlinfra.gpu_cluster maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would be fetched and removed; it reads and hashes files where O(verify) asks for it, and writes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  dest:
+    description:
+      - Directory to stage the shards in. It is created when missing.
+    type: path
+    required: true
+  shards:
+    description:
+      - The shards this node holds, inline. Use O(shards_file) for long lists.
+      - Mutually exclusive with O(shards_file); one of the two is required.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - File name of the shard in O(dest). A plain name, not starting with C(.).
+        type: str
+        required: true
+      url:
+        description:
+          - Where to fetch the shard from; C(http://), C(https://) or C(file://) (for example an NFS mount).
+        type: str
+        required: true
+      size:
+        description:
+          - Size in bytes. Checked while the shard is received, and used for the free-space check.
+        type: int
+      sha256:
+        description:
+          - Expected sha256 of the whole shard, as 64 hex digits.
+          - Without it a corrupt transfer with the right size cannot be detected, and a file found under the
+            shard's name that the journal does not know is fetched again rather than verified.
+        type: str
+  shards_file:
+    description:
+      - Path on the managed node of a JSON file holding the shard list, either a list of objects with the keys
+        of O(shards) or an object with a C(shards) list. This is how lists of many thousands of shards are passed.
+    type: path
+  concurrency:
+    description:
+      - Number of shards transferred in parallel.
+    type: int
+    default: 8
+  retries:
+    description:
+      - How many times a shard is retried after a server error (5xx, 408, 429), a connection error or a
+        truncated body, with exponential backoff starting at one second. A 4xx answer is not retried;
+        a sha256 or size mismatch is retried once.
+    type: int
+    default: 5
+  timeout:
+    description:
+      - Seconds to wait for a connection or for data before the attempt counts as failed.
+    type: float
+    default: 60.0
+  bandwidth_limit:
+    description:
+      - Limit, in bytes per second, for all transfers of this node together. Unlimited when not set.
+    type: int
+  verify:
+    description:
+      - V(quick) trusts a staged shard whose size and mtime match the journal.
+      - V(full) re-reads every staged shard, checks its sha256, and fetches again any that fails.
+    type: str
+    choices: [quick, full]
+    default: quick
+  prune:
+    description:
+      - Remove shards that this module staged in O(dest) and that are no longer in the list.
+      - Happens only after every listed shard is in place; nothing is removed when any shard failed.
+        Files the module did not stage, or that changed since it staged them, are never removed.
+    type: bool
+    default: false
+  journal:
+    description:
+      - Path of the journal. Defaults to C(.shard_fetch.journal) in O(dest). One journal belongs to one O(dest).
+    type: path
+  report_limit:
+    description:
+      - At most this many names are returned in RV(fetched_names) and RV(removed_names).
+    type: int
+    default: 20
+notes:
+  - Runs on the managed node with the Python standard library only.
+  - O(verify=quick) does not notice a staged shard whose bytes were changed in place without a change of
+    size or mtime; use O(verify=full) to find such damage.
+  - C(file://) sources are copied with C(copy_file_range) where the kernel allows it, and always restart
+    from the first byte rather than resume.
+"""
+
+EXAMPLES = r"""
+- name: Stage two shards given inline
+  dlinfra.gpu_cluster.shard_fetch:
+    dest: /mnt/ssd/datasets/yt8m
+    shards:
+      - name: chunks-000000.tar
+        url: http://store.example.com/yt8m/chunks-000000.tar
+        size: 1073741824
+        sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+      - name: chunks-000001.tar
+        url: http://store.example.com/yt8m/chunks-000001.tar
+
+- name: Stage this node's share of a large dataset and drop shards it no longer holds
+  dlinfra.gpu_cluster.shard_fetch:
+    dest: /mnt/ssd/datasets/yt8m
+    shards_file: /var/lib/shard_staging/yt8m.json
+    concurrency: 16
+    bandwidth_limit: 500000000
+    prune: true
+  register: __shard_staging_fetch
+
+- name: Re-hash everything that is staged and repair what is damaged
+  dlinfra.gpu_cluster.shard_fetch:
+    dest: /mnt/ssd/datasets/yt8m
+    shards_file: /var/lib/shard_staging/yt8m.json
+    verify: full
+"""
+
+RETURN = r"""
+fetched:
+  description: Number of shards fetched (in check mode, that would be fetched).
+  returned: always
+  type: int
+  sample: 120
+fetched_bytes:
+  description:
+    - Bytes received from the sources in this run, retries included; resumed shards count only the rest.
+    - In check mode, the total size of the shards that would be fetched (where their size is known).
+  returned: always
+  type: int
+  sample: 128849018880
+fetched_names:
+  description: Names of fetched shards (would be fetched, in check mode), at most O(report_limit) of them.
+  returned: always
+  type: list
+  elements: str
+  sample: [chunks-000000.tar, chunks-000001.tar]
+resumed:
+  description: Number of fetched shards that continued a partial transfer from an earlier run.
+  returned: always
+  type: int
+  sample: 1
+confirmed:
+  description: Number of shards already staged and confirmed, by the journal or by their sha256.
+  returned: always
+  type: int
+  sample: 880
+verified:
+  description: Number of staged files whose sha256 was computed in this run.
+  returned: always
+  type: int
+  sample: 0
+repaired:
+  description: Number of staged files that failed verification and were fetched again.
+  returned: always
+  type: int
+  sample: 0
+removed:
+  description: Number of shards removed by O(prune) (that would be removed, in check mode).
+  returned: always
+  type: int
+  sample: 3
+removed_bytes:
+  description: Bytes freed by O(prune).
+  returned: always
+  type: int
+  sample: 3221225472
+removed_names:
+  description: Names of removed shards, at most O(report_limit) of them.
+  returned: always
+  type: list
+  elements: str
+  sample: [chunks-000999.tar]
+failed_shards:
+  description:
+    - The shards that could not be staged, each with its name, URL and the reason.
+    - Called C(failed_shards) because C(failed) is the task's own status.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: chunks-000007.tar, url: http://store.example.com/yt8m/chunks-000007.tar, reason: HTTP 404 Not Found}]
+errors:
+  description: Problems that are not about one shard, such as a journal that could not be written.
+  returned: always
+  type: list
+  elements: str
+  sample: []
+total:
+  description: Number of shards in the list.
+  returned: always
+  type: int
+  sample: 1000
+elapsed:
+  description: Seconds the whole run took.
+  returned: always
+  type: float
+  sample: 83.2
+throughput:
+  description: Bytes per second received while transfers ran; 0 when nothing was transferred and in check mode.
+  returned: always
+  type: float
+  sample: 1548823040.5
+dest:
+  description: Absolute path of the staging directory.
+  returned: always
+  type: str
+  sample: /mnt/ssd/datasets/yt8m
+journal:
+  description: Path of the journal.
+  returned: always
+  type: str
+  sample: /mnt/ssd/datasets/yt8m/.shard_fetch.journal
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import StagingError, load_shards_file, stage
+
+FAILURES_IN_MESSAGE = 20
+
+
+def _failure_message(result):
+    failed = result["failed_shards"]
+    lines = ["%s (%s): %s" % (item["name"], item["url"], item["reason"]) for item in failed[:FAILURES_IN_MESSAGE]]
+    if len(failed) > FAILURES_IN_MESSAGE:
+        lines.append("and %d more, see failed_shards" % (len(failed) - FAILURES_IN_MESSAGE))
+    parts = []
+    if failed:
+        parts.append("%d of %d shards could not be staged in %s; staged shards were left as they are: %s"
+                     % (len(failed), result["total"], result["dest"], "; ".join(lines)))
+    parts.extend(result["errors"])
+    return ". ".join(parts)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            shards=dict(type="list", elements="dict", options=dict(
+                name=dict(type="str", required=True),
+                url=dict(type="str", required=True),
+                size=dict(type="int"),
+                sha256=dict(type="str"),
+            )),
+            shards_file=dict(type="path"),
+            concurrency=dict(type="int", default=8),
+            retries=dict(type="int", default=5),
+            timeout=dict(type="float", default=60.0),
+            bandwidth_limit=dict(type="int"),
+            verify=dict(type="str", default="quick", choices=["quick", "full"]),
+            prune=dict(type="bool", default=False),
+            journal=dict(type="path"),
+            report_limit=dict(type="int", default=20),
+        ),
+        mutually_exclusive=[("shards", "shards_file")],
+        required_one_of=[("shards", "shards_file")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        if params["shards_file"] is not None:
+            shards = load_shards_file(params["shards_file"])
+        else:
+            # Suboptions fill absent keys with None; the engine wants only what was given.
+            shards = [dict((key, value) for key, value in shard.items() if value is not None) for shard in params["shards"]]
+        result = stage(
+            shards, params["dest"], concurrency=params["concurrency"], retries=params["retries"], timeout=params["timeout"],
+            bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
+            check_mode=module.check_mode, report_limit=params["report_limit"],
+        )
+    except StagingError as exc:
+        module.fail_json(msg="%s" % exc, changed=False)
+    for warning in result.pop("warnings"):
+        module.warn(warning)
+    if result["failed_shards"] or result["errors"]:
+        module.fail_json(msg=_failure_message(result), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# Apache License 2.0 (see LICENSE)
+"""shard_fetch's main(): argument handling, check mode, results and failures, on file:// sources."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.modules import shard_fetch
+
+MODULE_PATH = shard_fetch.__file__
+COLLECTIONS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "collections"))
+
+
+def run_module(capsys, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            shard_fetch.main()
+    result = json.loads(capsys.readouterr().out)
+    result["_exit_code"] = exit_info.value.code
+    return result
+
+
+@pytest.fixture
+def source(tmp_path):
+    """Three shards on a local "NFS" directory, as file:// shard entries."""
+    directory = tmp_path / "nfs"
+    directory.mkdir()
+    shards = []
+    for index in range(3):
+        data = os.urandom(4096 + index)
+        name = "chunks-%06d.tar" % index
+        (directory / name).write_bytes(data)
+        shards.append({"name": name, "url": "file://%s/%s" % (directory, name), "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return shards
+
+
+def test_stages_inline_shards_and_is_idempotent(tmp_path, capsys, source):
+    dest = tmp_path / "dest"
+    first = run_module(capsys, dict(dest=str(dest), shards=source))
+    assert first["_exit_code"] == 0
+    assert first["changed"] is True
+    assert (first["fetched"], first["confirmed"], first["failed_shards"]) == (3, 0, [])
+    assert sorted(first["fetched_names"]) == [shard["name"] for shard in source]
+    assert sorted(os.listdir(dest)) == [".shard_fetch.journal", ".shard_fetch.lock"] + [shard["name"] for shard in source]
+
+    second = run_module(capsys, dict(dest=str(dest), shards=source))
+    assert second["changed"] is False
+    assert (second["fetched"], second["confirmed"]) == (0, 3)
+
+
+def test_reads_a_shards_file_and_prunes(tmp_path, capsys, source):
+    dest = tmp_path / "dest"
+    shards_file = tmp_path / "shards.json"
+    shards_file.write_text(json.dumps(source))
+    run_module(capsys, dict(dest=str(dest), shards_file=str(shards_file)))
+    shards_file.write_text(json.dumps({"shards": source[:1]}))
+
+    result = run_module(capsys, dict(dest=str(dest), shards_file=str(shards_file), prune=True))
+
+    assert result["changed"] is True
+    assert (result["removed"], result["confirmed"]) == (2, 1)
+    assert sorted(name for name in os.listdir(dest) if not name.startswith(".")) == [source[0]["name"]]
+
+
+def test_check_mode_reports_and_changes_nothing(tmp_path, capsys, source):
+    dest = tmp_path / "dest"
+    result = run_module(capsys, dict(dest=str(dest), shards=source), check_mode=True)
+    assert result["_exit_code"] == 0
+    assert result["changed"] is True
+    assert (result["fetched"], result["fetched_bytes"]) == (3, sum(shard["size"] for shard in source))
+    assert result["throughput"] == 0
+    assert not dest.exists()
+    assert any("would be created" in json.dumps(warning) for warning in result["warnings"])
+
+
+def test_failed_shards_fail_the_task_naming_shard_url_and_reason(tmp_path, capsys, source):
+    missing = {"name": "lost.tar", "url": "file://%s/lost.tar" % tmp_path}
+    result = run_module(capsys, dict(dest=str(tmp_path / "dest"), shards=source + [missing]))
+    assert result["_exit_code"] == 1
+    assert result["failed"] is True
+    assert result["fetched"] == 3
+    assert result["msg"].startswith("1 of 4 shards could not be staged in %s" % (tmp_path / "dest"))
+    assert "lost.tar (file://%s/lost.tar): cannot open %s/lost.tar: No such file or directory" % (tmp_path, tmp_path) in result["msg"]
+    assert result["failed_shards"] == [{"name": "lost.tar", "url": missing["url"],
+                                        "reason": "cannot open %s/lost.tar: No such file or directory" % tmp_path}]
+
+
+@pytest.mark.parametrize("args, message", [
+    ({}, "one of the following is required: shards, shards_file"),
+    ({"shards": [], "shards_file": "/x.json"}, "parameters are mutually exclusive: shards|shards_file"),
+    ({"shards": [{"name": "a.tar"}]}, "missing required arguments: url"),
+    ({"shards": [{"name": "a.tar", "url": "file:///a.tar", "md5": "x"}]}, "Unsupported parameters"),
+    ({"shards": [{"name": "../a.tar", "url": "file:///a.tar"}]}, "name must be a plain file name without '/'"),
+    ({"shards": [], "verify": "paranoid"}, "value of verify must be one of: quick, full"),
+    ({"shards": [], "concurrency": 0}, "concurrency must be between 1 and 256"),
+    ({"shards_file": "/nonexistent/shards.json"}, "cannot read shards_file /nonexistent/shards.json"),
+])
+def test_invalid_arguments_fail_with_a_message(tmp_path, capsys, args, message):
+    result = run_module(capsys, dict(dest=str(tmp_path / "dest"), **args))
+    assert result["_exit_code"] == 1
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert not (tmp_path / "dest").exists()
+
+
+def test_not_enough_space_fails_before_fetching(tmp_path, capsys, source):
+    huge = dict(source[0], name="huge.tar", size=1 << 60, sha256=None)
+    del huge["sha256"]
+    result = run_module(capsys, dict(dest=str(tmp_path / "dest"), shards=source + [huge]))
+    assert result["failed"] is True
+    assert "not enough free space for %s" % (tmp_path / "dest") in result["msg"]
+    assert os.listdir(tmp_path / "dest") == [".shard_fetch.lock"]
+
+
+def test_module_file_runs_as_a_program_with_an_args_file(tmp_path, source):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"dest": str(tmp_path / "dest"), "shards": source, "_ansible_check_mode": True}}))
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    completed = subprocess.run([sys.executable, MODULE_PATH, str(args_file)], env=env, capture_output=True, text=True, check=False)
+    result = json.loads(completed.stdout)
+    assert completed.returncode == 0, completed.stderr
+    assert (result["changed"], result["fetched"]) == (True, 3)
+    assert not (tmp_path / "dest").exists()
