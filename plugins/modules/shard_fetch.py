@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ description:
     with its URL and the reason. Unusable O(dest) and too little free space fail before anything is fetched.
 version_added: 0.1.0
 author:
-  - dlinfra.gpu_cluster maintainers
+  - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

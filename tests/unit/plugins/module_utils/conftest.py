@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A local HTTP/1.1 shard server (127.0.0.1 only) whose faults are chosen per path, for the transfer tests."""
 
 import hashlib

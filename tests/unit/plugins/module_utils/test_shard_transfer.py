@@ -1,5 +1,5 @@
 # Copyright: dlinfra.gpu_cluster contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shard transfer engine against real files and a real local HTTP server with injected faults."""
 
 import errno
