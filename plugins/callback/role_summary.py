@@ -60,7 +60,7 @@ class CallbackModule(CallbackBase):
         return "changed %d/%d" % (cell["changed"], cell["tasks"]) if cell["changed"] else "no change (%d)" % cell["tasks"]
 
     def v2_playbook_on_stats(self, stats):
-        hosts = sorted({host for host, _ in self.cells})
+        hosts = sorted({host for host, _role in self.cells})
         if not hosts:
             return
         rows = [["host"] + self.roles]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Keep every role's meta/argument_specs.yml, defaults/main.yml and README variable table in step.
 
   role_docs.py           check: every default is specified (and vice versa), specified defaults equal the
@@ -34,8 +33,8 @@ def table(options):
         description = spec.get("description", "")
         if isinstance(description, list):
             description = " ".join(description)
-        default = "(required)" if spec.get("required") else "`%s`" % yaml.safe_dump(spec.get("default"), default_flow_style=True,
-                                                                                      width=10**6).strip().removesuffix("\n...")
+        shown = yaml.safe_dump(spec.get("default"), default_flow_style=True, width=10**6).strip().removesuffix("\n...")
+        default = "(required)" if spec.get("required") else "`%s`" % shown
         if "choices" in spec:
             description += " Choices: %s." % ", ".join("`%s`" % c for c in spec["choices"])
         rows.append("| `%s` | %s | %s | %s |" % (name, type_of(spec), cell(default), cell(description)))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """`make test`: every check in order, stopping at the first failure; each stage's time and a closing summary.
 
   run_stages.py                 all stages
