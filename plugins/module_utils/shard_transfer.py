@@ -37,7 +37,8 @@ STATE_SUFFIX = ".part.state"
 MIB = 1 << 20
 MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
 VERIFY_CHOICES = ("quick", "full")
-SCHEMES = ("http", "https", "file")
+_URL_PREFIXES = ("http://", "https://", "file://")
+_SHARD_KEYS = frozenset(("name", "url", "size", "sha256"))
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
@@ -107,37 +108,34 @@ def _name_problem(name):
         return "name must be a plain file name without '/'"
     if name.startswith("."):
         return "name must not start with '.' (hidden names are the engine's own partial and journal files)"
-    if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+    if len(name) * 4 > MAX_NAME_BYTES and len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
         return "name is longer than %d bytes" % MAX_NAME_BYTES
     return None
 
 
 def _shard_problems(index, raw):
+    """Return (problems, Shard or None) for one raw shard mapping."""
     if not isinstance(raw, dict):
         return ["shard #%d is not a mapping" % index], None
+    # This runs for each of up to 100,000 shards on every run, so plain string tests and no urlsplit.
+    name, url, size, sha256 = raw.get("name"), raw.get("url"), raw.get("size"), raw.get("sha256")
+    if isinstance(sha256, str):
+        sha256 = sha256.lower()
     problems = []
-    name = raw.get("name")
-    label = "shard #%d (%s)" % (index, name)
     name_problem = _name_problem(name)
     if name_problem:
-        problems.append("%s: %s" % (label, name_problem))
-    url = raw.get("url")
-    if not isinstance(url, str) or urlsplit(url).scheme not in SCHEMES:
-        problems.append("%s: url must be an http://, https:// or file:// URL, got %r" % (label, url))
-    size = raw.get("size")
+        problems.append(name_problem)
+    if not isinstance(url, str) or not url.startswith(_URL_PREFIXES):
+        problems.append("url must be an http://, https:// or file:// URL, got %r" % (url,))
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-        problems.append("%s: size must be a non-negative integer, got %r" % (label, size))
-    sha256 = raw.get("sha256")
-    if sha256 is not None:
-        sha256 = sha256.lower() if isinstance(sha256, str) else sha256
-        if not isinstance(sha256, str) or not _SHA256_RE.match(sha256):
-            problems.append("%s: sha256 must be 64 hex digits, got %r" % (label, raw.get("sha256")))
-    unknown = sorted(set(raw) - {"name", "url", "size", "sha256"})
-    if unknown:
-        problems.append("%s: unknown keys %s" % (label, ", ".join(unknown)))
+        problems.append("size must be a non-negative integer, got %r" % (size,))
+    if sha256 is not None and (not isinstance(sha256, str) or not _SHA256_RE.match(sha256)):
+        problems.append("sha256 must be 64 hex digits, got %r" % (raw.get("sha256"),))
+    if len(raw) > 2 and not _SHARD_KEYS.issuperset(raw):
+        problems.append("unknown keys %s" % ", ".join(sorted(str(key) for key in set(raw) - _SHARD_KEYS)))
     if problems:
-        return problems, None
-    return [], Shard(name, url, size, sha256)
+        return ["shard #%d (%s): %s" % (index, name, problem) for problem in problems], None
+    return problems, Shard(name, url, size, sha256)
 
 
 def normalize_shards(raw_shards, max_problems=20):
@@ -250,7 +248,13 @@ class Journal(object):
         if data.get("dest") != dest:
             raise StagingError("journal %s records the shards of %s, not of %s; give each dest its own journal"
                                % (path, data.get("dest"), dest))
-        journal.entries = data["shards"]
+        entries = data["shards"]
+        malformed = [name for name, entry in entries.items() if not (isinstance(entry, list) and len(entry) == 4)]
+        for name in malformed:
+            del entries[name]
+        if malformed:
+            journal.warning = "journal %s had %d malformed entries (%s...); those files are re-verified" % (path, len(malformed), malformed[0])
+        journal.entries = entries
         return journal
 
     def record(self, name, size, mtime_ns, sha256, validator):

@@ -415,6 +415,21 @@ def test_an_unreadable_journal_means_reverify_and_no_prune(tmp_path, make_shards
     assert visible(str(tmp_path)) == ["a.tar", "b.tar"]
 
 
+def test_malformed_journal_entries_are_dropped_and_reverified(tmp_path, make_shards, shard_server):
+    shards, contents = make_shards({"a.tar": KIB, "b.tar": KIB})
+    stage(shards, str(tmp_path), **FAST)
+    journal_path = tmp_path / JOURNAL_NAME
+    journal = json.loads(journal_path.read_text())
+    journal["shards"]["a.tar"] = "garbage"
+    journal_path.write_text(json.dumps(journal))
+
+    result = stage(shards, str(tmp_path), **FAST)
+
+    assert (result["verified"], result["confirmed"], result["fetched"]) == (1, 2, 0)
+    assert any("malformed" in warning for warning in result["warnings"])
+    assert json.loads(journal_path.read_text())["shards"]["a.tar"][2] == shards[0]["sha256"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Prune
 # ---------------------------------------------------------------------------------------------
@@ -634,3 +649,4 @@ def test_check_mode_on_a_missing_dest_creates_nothing(tmp_path, make_shards):
     assert result["fetched"] == 1 and result["changed"] is True
     assert not (tmp_path / "new").exists()
     assert any("would be created" in warning for warning in result["warnings"])
+
