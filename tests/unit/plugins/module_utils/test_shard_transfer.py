@@ -649,4 +649,3 @@ def test_check_mode_on_a_missing_dest_creates_nothing(tmp_path, make_shards):
     assert result["fetched"] == 1 and result["changed"] is True
     assert not (tmp_path / "new").exists()
     assert any("would be created" in warning for warning in result["warnings"])
-
