@@ -236,11 +236,6 @@ throughput:
   returned: always
   type: float
   sample: 1548823040.5
-dest:
-  description: Absolute path of the staging directory.
-  returned: always
-  type: str
-  sample: /mnt/ssd/datasets/yt8m
 journal:
   description: Path of the journal.
   returned: always
@@ -254,7 +249,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer
 FAILURES_IN_MESSAGE = 20
 
 
-def _failure_message(result):
+def _failure_message(result, dest):
     failed = result["failed_shards"]
     lines = ["%s (%s): %s" % (item["name"], item["url"], item["reason"]) for item in failed[:FAILURES_IN_MESSAGE]]
     if len(failed) > FAILURES_IN_MESSAGE:
@@ -262,7 +257,7 @@ def _failure_message(result):
     parts = []
     if failed:
         parts.append("%d of %d shards could not be staged in %s; staged shards were left as they are: %s"
-                     % (len(failed), result["total"], result["dest"], "; ".join(lines)))
+                     % (len(failed), result["total"], dest, "; ".join(lines)))
     parts.extend(result["errors"])
     return ". ".join(parts)
 
@@ -307,8 +302,10 @@ def main():
         module.fail_json(msg="%s" % exc, changed=False)
     for warning in result.pop("warnings"):
         module.warn(warning)
+    # A "dest" key would make exit_json add the directory's owner and mode to the result.
+    result.pop("dest")
     if result["failed_shards"] or result["errors"]:
-        module.fail_json(msg=_failure_message(result), **result)
+        module.fail_json(msg=_failure_message(result, params["dest"]), **result)
     module.exit_json(**result)
 
 
