@@ -1,0 +1,283 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The nvidia_driver role's platform data and files, rendered by Ansible's own templating.
+
+Ubuntu and EL cannot run here (their archives and NVIDIA's repositories are unreachable), so their package
+lists, repository definitions (deb822 / yum_repository arguments) and rendered files are checked here, next to
+Debian's, from the role's defaults, vars/main.yml and the platform file that tasks/main.yml would load.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"
+
+PLATFORMS = {
+    # id: (distribution, major, os_family, kernel)
+    "debian12": ("Debian", "12", "Debian", "6.1.0-18-amd64"),
+    "debian13": ("Debian", "13", "Debian", "6.12.38+deb13-amd64"),
+    "ubuntu2204": ("Ubuntu", "22", "Debian", "5.15.0-105-generic"),
+    "ubuntu2404": ("Ubuntu", "24", "Debian", "6.8.0-31-generic"),
+    "rocky8": ("Rocky", "8", "RedHat", "4.18.0-513.5.1.el8_9.x86_64"),
+    "rhel9": ("RedHat", "9", "RedHat", "5.14.0-427.13.1.el9_4.x86_64"),
+}
+CUDA_KEY_2022 = "EB693B3035CD5710E231E123A4B469963BF863CC"
+
+
+def _trust(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trust(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trust(item) for key, item in value.items()}
+    return value
+
+
+def _load(path):
+    return _trust(yaml.safe_load(path.read_text()))
+
+
+def platform_file(distribution, major, os_family):
+    """The file tasks/main.yml's first_found picks, in its order."""
+    for name in ("%s_%s.yml" % (distribution, major), "%s.yml" % distribution, "%s.yml" % os_family):
+        if (ROLE / "vars" / name).exists():
+            return ROLE / "vars" / name
+    raise AssertionError("no vars file for %s %s" % (distribution, major))
+
+
+def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_version="", **overrides):
+    distribution, major, os_family, kernel = PLATFORMS[platform]
+    variables = {}
+    variables.update(_load(ROLE / "defaults" / "main.yml"))
+    variables.update(_load(ROLE / "vars" / "main.yml"))  # role vars, then include_vars on top (higher precedence)
+    variables.update(_load(platform_file(distribution, major, os_family)))
+    variables.update(_trust(overrides))
+    variables.update({
+        "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
+                          "architecture": architecture, "kernel": kernel},
+        "ansible_check_mode": False,
+        "ansible_managed": "Ansible managed: do not edit",
+        "__nvidia_driver_gpu": {"nvswitch_count": nvswitch_count, "driver_state": "not_installed"},
+        "__nvidia_driver_package_version": package_version,
+        "inventory_hostname": "gpu01",
+    })
+    return Templar(loader=DataLoader(), variables=variables)
+
+
+def resolve(templar, name):
+    return templar.template(trust_as_template("{{ %s }}" % name))
+
+
+def render(templar, template):
+    return templar.template(trust_as_template((ROLE / "templates" / template).read_text()))
+
+
+# Package lists ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform, kernel_module, headless, expected", [
+    ("debian12", True, True, ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-kernel-dkms", "nvidia-persistenced"]),
+    ("debian12", False, True, ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-persistenced"]),
+    ("debian13", True, False, ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-persistenced"]),
+    ("ubuntu2204", True, True, ["nvidia-headless-no-dkms-550-server", "nvidia-utils-550-server", "nvidia-dkms-550-server"]),
+    ("ubuntu2404", False, True, ["nvidia-headless-no-dkms-550-server", "nvidia-utils-550-server"]),
+    ("ubuntu2404", True, False, ["nvidia-driver-550-server", "nvidia-dkms-550-server"]),
+    ("rocky8", True, True, ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-driver-NVML", "nvidia-persistenced",
+                            "kmod-nvidia-latest-dkms"]),
+    ("rhel9", False, False, ["nvidia-driver", "nvidia-driver-cuda", "nvidia-persistenced"]),
+])
+def test_packages_follow_the_platform_and_the_kernel_switch(platform, kernel_module, headless, expected):
+    templar = role_templar(platform, nvidia_driver_kernel_module=kernel_module, nvidia_driver_headless=headless)
+    assert resolve(templar, "__nvidia_driver_packages") == expected
+
+
+@pytest.mark.parametrize("platform, branch, version, expected", [
+    ("debian12", "", "", "535"),
+    ("debian13", "", "", "550"),
+    ("debian12", "", "535.261.03", "535"),
+    ("ubuntu2204", "", "", "550"),
+    ("ubuntu2404", "570", "", "570"),
+    ("ubuntu2404", "", "535.183.01", "535"),
+    ("rhel9", "", "", "550"),
+])
+def test_branch_comes_from_the_branch_the_version_or_the_platform(platform, branch, version, expected):
+    templar = role_templar(platform, nvidia_driver_branch=branch, nvidia_driver_version=version)
+    assert resolve(templar, "__nvidia_driver_branch") == expected
+
+
+def test_ubuntu_package_names_carry_the_branch():
+    templar = role_templar("ubuntu2204", nvidia_driver_version="535.183.01", nvidia_driver_source="cuda")
+    assert resolve(templar, "__nvidia_driver_set.anchor") == "nvidia-utils-535"
+    assert resolve(templar, "__nvidia_driver_versioned_packages") == [
+        "nvidia-headless-no-dkms-535", "nvidia-utils-535", "nvidia-dkms-535"]
+
+
+@pytest.mark.parametrize("platform, source", [
+    ("debian12", "distribution"), ("debian13", "distribution"), ("ubuntu2204", "distribution"), ("rocky8", "cuda")])
+def test_default_source(platform, source):
+    assert resolve(role_templar(platform), "__nvidia_driver_source_effective") == source
+
+
+@pytest.mark.parametrize("platform, setting, nvswitches, expected", [
+    ("ubuntu2404", "auto", 6, ["nvidia-fabricmanager-550"]),
+    ("ubuntu2404", "auto", 0, []),
+    ("ubuntu2404", "never", 6, []),
+    ("ubuntu2204", "always", 0, ["nvidia-fabricmanager-550"]),
+    ("rhel9", "auto", 12, ["nvidia-fabric-manager"]),
+])
+def test_fabric_manager_only_with_nvswitches_or_when_asked(platform, setting, nvswitches, expected):
+    templar = role_templar(platform, nvswitch_count=nvswitches, nvidia_driver_fabric_manager=setting)
+    packages = resolve(templar, "__nvidia_driver_packages")
+    assert [p for p in packages if "fabric" in p] == expected
+
+
+def test_debian_archive_has_no_fabric_manager_but_the_cuda_repository_has():
+    assert resolve(role_templar("debian12"), "__nvidia_driver_set.fabric_manager") == ""
+    templar = role_templar("debian12", nvidia_driver_source="cuda")
+    assert resolve(templar, "__nvidia_driver_set.fabric_manager") == "nvidia-fabricmanager-535"
+
+
+@pytest.mark.parametrize("platform, expected", [
+    ("debian12", "linux-headers-6.1.0-18-amd64"),
+    ("ubuntu2404", "linux-headers-6.8.0-31-generic"),
+    ("rocky8", "kernel-devel-4.18.0-513.5.1.el8_9.x86_64"),
+])
+def test_headers_for_the_running_kernel(platform, expected):
+    assert resolve(role_templar(platform), "__nvidia_driver_headers_package") == expected
+
+
+# Repository definitions ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform, architecture, url, key, fingerprint", [
+    ("debian12", "x86_64", "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/", "3bf863cc.pub", CUDA_KEY_2022),
+    ("debian13", "x86_64", "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/", "8793F200.pub",
+     "02182E60104FCDC26EAE1B8597A5D4CB8793F200"),
+    ("ubuntu2204", "x86_64", "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/", "3bf863cc.pub", CUDA_KEY_2022),
+    ("ubuntu2404", "aarch64", "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/sbsa/", "3bf863cc.pub", CUDA_KEY_2022),
+])
+def test_deb822_cuda_repository(platform, architecture, url, key, fingerprint):
+    templar = role_templar(platform, architecture=architecture, nvidia_driver_source="cuda")
+    assert resolve(templar, "__nvidia_driver_cuda_deb822") == {
+        "name": "dlinfra-nvidia-cuda", "types": ["deb"], "uris": [url], "suites": ["/"],
+        "signed_by": "/etc/apt/keyrings/dlinfra-nvidia-cuda.asc",
+    }
+    assert resolve(templar, "__nvidia_driver_cuda_key_url") == url + key
+    assert resolve(templar, "__nvidia_driver_cuda_key_fingerprint") == fingerprint
+    assert resolve(templar, "__nvidia_driver_cuda_deb822.signed_by") == resolve(templar, "__nvidia_driver_cuda_key_path.apt")
+
+
+@pytest.mark.parametrize("platform, distro", [("rocky8", "rhel8"), ("rhel9", "rhel9")])
+def test_yum_cuda_repository(platform, distro):
+    templar = role_templar(platform)
+    assert resolve(templar, "__nvidia_driver_cuda_yum") == {
+        "name": "dlinfra-nvidia-cuda",
+        "description": "NVIDIA CUDA %s x86_64" % distro,
+        "baseurl": "https://developer.download.nvidia.com/compute/cuda/repos/%s/x86_64/" % distro,
+        "gpgkey": "file://" + resolve(templar, "__nvidia_driver_cuda_key_path.dnf"),
+        "gpgcheck": True,
+    }
+    assert resolve(templar, "__nvidia_driver_cuda_key_url").endswith("/%s/x86_64/D42D0685.pub" % distro)
+    # No fingerprint is pinned for EL yet: preflight refuses the CUDA source until one is set.
+    assert resolve(templar, "__nvidia_driver_cuda_key_fingerprint") == ""
+
+
+@pytest.mark.parametrize("mirror", ["http://mirror.lab.example/nvidia/ubuntu2404", "http://mirror.lab.example/nvidia/ubuntu2404/"])
+def test_mirror_replaces_nvidia_and_carries_the_key(mirror):
+    templar = role_templar("ubuntu2404", nvidia_driver_source="cuda", nvidia_driver_cuda_repo_mirror=mirror,
+                           nvidia_driver_cuda_repo_key_fingerprint="eb69 3b30 35cd 5710 e231 e123 a4b4 6996 3bf8 63cc")
+    assert resolve(templar, "__nvidia_driver_cuda_deb822.uris") == ["http://mirror.lab.example/nvidia/ubuntu2404/"]
+    assert resolve(templar, "__nvidia_driver_cuda_key_url") == "http://mirror.lab.example/nvidia/ubuntu2404/3bf863cc.pub"
+    assert resolve(templar, "__nvidia_driver_cuda_key_fingerprint") == CUDA_KEY_2022
+
+
+def test_unsupported_release_resolves_to_empty_values_for_preflight_to_report():
+    templar = role_templar("debian12")
+    templar.available_variables = dict(templar.available_variables, ansible_facts=dict(
+        templar.available_variables["ansible_facts"], distribution_major_version="11"))
+    assert resolve(templar, "__nvidia_driver_release.branch") == ""
+
+
+# Rendered files -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform, version, package_line", [
+    ("debian12", "535.261.03-1", "Package: nvidia-* libnvidia-* libcuda1 libnvcuvid1 firmware-nvidia-gsp xserver-xorg-video-nvidia"),
+    ("debian13", "550.163.01-2", "Package: nvidia-* libnvidia-* libcuda1 libnvcuvid1 firmware-nvidia-gsp xserver-xorg-video-nvidia"),
+    ("ubuntu2204", "550.163.01-0ubuntu0.22.04.1", "Package: nvidia-* libnvidia-* xserver-xorg-video-nvidia-*"),
+])
+def test_apt_preferences_pin_the_exact_version(platform, version, package_line):
+    text = render(role_templar(platform, package_version=version), "nvidia-driver.pref.j2")
+    stanzas = [s for s in text.strip().split("\n\n")]
+    assert len(stanzas) == 1
+    lines = stanzas[0].splitlines()
+    assert package_line in lines
+    assert "Pin: version %s" % version in lines
+    assert "Pin-Priority: 1001" in lines
+    assert all(re.match(r"^(Explanation|Package|Pin|Pin-Priority): ", line) for line in lines)
+
+
+def test_apt_preferences_lock_the_fabric_manager_to_the_driver():
+    text = render(role_templar("ubuntu2404", package_version="550.163.01-0ubuntu0.24.04.1", nvswitch_count=6), "nvidia-driver.pref.j2")
+    fabric = text.strip().split("\n\n")[1].splitlines()
+    assert "Package: nvidia-fabricmanager-550" in fabric
+    assert "Pin: version 550.163.01-*" in fabric
+    assert "Pin-Priority: 1001" in fabric
+
+
+@pytest.mark.parametrize("platform", ["debian12", "ubuntu2404"])
+def test_unattended_upgrades_blacklist_matches_every_pinned_package(platform):
+    templar = role_templar(platform)
+    text = render(templar, "unattended-upgrades.conf.j2")
+    patterns = re.findall(r'^\s+"([^"]+)";$', text, re.MULTILINE)
+    assert text.splitlines()[0].startswith("// ")
+    assert "Unattended-Upgrade::Package-Blacklist {" in text
+    # unattended-upgrades matches these as regular expressions against package names.
+    for package in resolve(templar, "__nvidia_driver_packages") + ["libnvidia-ml1", "nvidia-fabricmanager-550"]:
+        assert any(re.match(pattern, package) for pattern in patterns), package
+    for package in ["linux-image-amd64", "libc6", "mesa-nvidia-something"]:
+        assert not any(re.match(pattern, package) for pattern in patterns), package
+
+
+def test_unattended_upgrades_drop_in_parses_with_apt_config(tmp_path):
+    apt_config = pathlib.Path("/usr/bin/apt-config")
+    if not apt_config.exists():
+        pytest.skip("apt-config is not installed")
+    drop_in = tmp_path / "unattended.conf"
+    drop_in.write_text(render(role_templar("debian12"), "unattended-upgrades.conf.j2"))
+    dump = subprocess.run([str(apt_config), "-c", str(drop_in), "dump", "Unattended-Upgrade::Package-Blacklist"],
+                          capture_output=True, text=True, check=True).stdout
+    assert 'Unattended-Upgrade::Package-Blacklist:: "^nvidia-.*$";' in dump
+    assert 'Unattended-Upgrade::Package-Blacklist:: "^libcuda1$";' in dump
+
+
+def test_nouveau_blacklist():
+    lines = render(role_templar("debian12"), "blacklist-nouveau.conf.j2").splitlines()
+    assert lines[0].startswith("# ")
+    assert "blacklist nouveau" in lines
+    assert "options nouveau modeset=0" in lines
+
+
+# Every platform file has what the tasks read ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("platform", sorted(PLATFORMS))
+def test_platform_files_are_complete(platform):
+    distribution, major, os_family, _kernel = PLATFORMS[platform]
+    data = yaml.safe_load(platform_file(distribution, major, os_family).read_text())
+    for key in ("__nvidia_driver_package_manager", "__nvidia_driver_default_source", "__nvidia_driver_releases",
+                "__nvidia_driver_package_sets", "__nvidia_driver_pin_packages", "__nvidia_driver_headers_package",
+                "__nvidia_driver_initramfs_tool", "__nvidia_driver_initramfs_command", "__nvidia_driver_missing_source_fix"):
+        assert key in data, key
+    assert major in data["__nvidia_driver_releases"]
+    assert data["__nvidia_driver_default_source"] in data["__nvidia_driver_package_sets"]
+    assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
+    assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
+    for package_set in data["__nvidia_driver_package_sets"].values():
+        assert set(package_set) == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager", "dkms_module"}
