@@ -1193,6 +1193,55 @@ def _stage_locked(run, verify, prune, started):
     return run.result(started)
 
 
+# ---------------------------------------------------------------------------------------------
+# Hand-off to training
+# ---------------------------------------------------------------------------------------------
+
+HANDOFF_LIST = "shards.txt"
+HANDOFF_SOURCES = "sources.txt"
+HANDOFF_RANKS = "ranks"
+
+
+def _rank_file(rank):
+    return os.path.join(HANDOFF_RANKS, "rank-%04d.txt" % rank)
+
+
+def write_handoff(dest, shards, ranks, check_mode=False):
+    """Write the lists a training job reads: shards.txt (local paths), sources.txt (the same shards' URLs) and
+    ranks/rank-NNNN.txt (disjoint round-robin parts of shards.txt, one per rank). Returns the files it changed
+    (would change, in check mode). Rank files beyond ``ranks`` are removed."""
+    if ranks < 1:
+        raise StagingError("ranks is %d; give 1 or more training ranks per node" % ranks)
+    dest = os.path.abspath(dest)
+    names = [shard["name"] for shard in shards]
+    paths = [os.path.join(dest, name) for name in names]
+    wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [shard["url"] for shard in shards]}
+    for rank in range(ranks):
+        wanted[_rank_file(rank)] = paths[rank::ranks]
+    changed = []
+    for relative, lines in sorted(wanted.items()):
+        path = os.path.join(dest, relative)
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        try:
+            with open(path, "rb") as handle:
+                if handle.read() == data:
+                    continue
+        except OSError:
+            pass
+        changed.append(relative)
+        if not check_mode:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _write_atomically(path, data)
+    ranks_dir = os.path.join(dest, HANDOFF_RANKS)
+    stale = sorted(entry for entry in (os.listdir(ranks_dir) if os.path.isdir(ranks_dir) else [])
+                   if os.path.join(HANDOFF_RANKS, entry) not in wanted and re.match(r"^rank-\d{4,}\.txt$", entry))
+    for entry in stale:
+        changed.append(os.path.join(HANDOFF_RANKS, entry))
+        if not check_mode:
+            os.unlink(os.path.join(ranks_dir, entry))
+    return changed
+
+
 def _main(argv):
     if len(argv) != 2:
         sys.stderr.write("usage: python -m %s CONFIG.json (stage() keyword arguments plus shards or shards_file)\n" % __name__)

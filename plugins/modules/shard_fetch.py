@@ -72,6 +72,19 @@ options:
       - Path on the managed node of a JSON file holding the shard list, either a list of objects with the keys
         of O(shards) or an object with a C(shards) list. This is how lists of many thousands of shards are passed.
     type: path
+  shards_src:
+    description:
+      - Path on the controller of a JSON shard list (as for O(shards_file)). The module's action plugin copies it
+        to the node's temporary directory for this run only, so the list never becomes a managed file.
+      - Mutually exclusive with O(shards) and O(shards_file).
+    type: path
+  handoff_ranks:
+    description:
+      - When set, and every shard is in place, write the lists a training job reads into O(dest)
+        C(shards.txt) (local paths, one per line), C(sources.txt) (the same shards' URLs) and
+        C(ranks/rank-NNNN.txt) for this many ranks (disjoint round-robin parts of C(shards.txt)).
+      - Each file is replaced atomically, and only when its content changes; rank files beyond this number are removed.
+    type: int
   concurrency:
     description:
       - Number of shards transferred in parallel.
@@ -236,6 +249,12 @@ throughput:
   returned: always
   type: float
   sample: 1548823040.5
+handoff_changed:
+  description: The hand-off files (relative to O(dest)) written or removed (that would be, in check mode).
+  returned: when O(handoff_ranks) is set
+  type: list
+  elements: str
+  sample: [shards.txt, ranks/rank-0000.txt]
 journal:
   description: Path of the journal.
   returned: always
@@ -244,7 +263,7 @@ journal:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import StagingError, load_shards_file, stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import StagingError, load_shards_file, stage, write_handoff
 
 FAILURES_IN_MESSAGE = 20
 
@@ -273,6 +292,8 @@ def main():
                 sha256=dict(type="str"),
             )),
             shards_file=dict(type="path"),
+            shards_src=dict(type="path"),
+            handoff_ranks=dict(type="int"),
             concurrency=dict(type="int", default=8),
             retries=dict(type="int", default=5),
             timeout=dict(type="float", default=60.0),
@@ -282,11 +303,14 @@ def main():
             journal=dict(type="path"),
             report_limit=dict(type="int", default=20),
         ),
-        mutually_exclusive=[("shards", "shards_file")],
-        required_one_of=[("shards", "shards_file")],
+        mutually_exclusive=[("shards", "shards_file", "shards_src")],
+        required_one_of=[("shards", "shards_file", "shards_src")],
         supports_check_mode=True,
     )
     params = module.params
+    if params["shards_src"] is not None:
+        module.fail_json(msg="shards_src is read on the controller by the shard_fetch action; call the module by its name "
+                             "dlinfra.gpu_cluster.shard_fetch, or pass the list as shards_file on the node")
     try:
         if params["shards_file"] is not None:
             shards = load_shards_file(params["shards_file"])
@@ -306,6 +330,12 @@ def main():
     result.pop("dest")
     if result["failed_shards"] or result["errors"]:
         module.fail_json(msg=_failure_message(result, params["dest"]), **result)
+    if params["handoff_ranks"] is not None:
+        try:
+            result["handoff_changed"] = write_handoff(params["dest"], shards, params["handoff_ranks"], module.check_mode)
+        except (StagingError, OSError) as exc:
+            module.fail_json(msg="shards are staged in %s but the hand-off lists could not be written: %s" % (params["dest"], exc), **result)
+        result["changed"] = result["changed"] or bool(result["handoff_changed"])
     module.exit_json(**result)
 
 

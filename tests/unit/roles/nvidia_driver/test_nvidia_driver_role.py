@@ -215,7 +215,7 @@ def test_unsupported_release_resolves_to_empty_values_for_preflight_to_report():
 ])
 def test_apt_preferences_pin_the_exact_version(platform, version, package_line):
     text = render(role_templar(platform, package_version=version), "nvidia-driver.pref.j2")
-    stanzas = [s for s in text.strip().split("\n\n")]
+    stanzas = text.strip().split("\n\n")
     assert len(stanzas) == 1
     lines = stanzas[0].splitlines()
     assert package_line in lines

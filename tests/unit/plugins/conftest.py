@@ -111,6 +111,19 @@ class _Handler(BaseHTTPRequestHandler):
             body = body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1:]
         self._reply(entry, status, body, headers, fault)
 
+    def do_HEAD(self):
+        server = self.server.shard_server
+        entry = {"path": self.path, "method": "HEAD", "range": None, "if_range": None, "client": self.client_address[1], "status": None, "sent": 0}
+        server.record(entry)
+        fault = server.take_fault(self.path)
+        blob = server.blobs.get(self.path)
+        entry["status"] = fault.params["code"] if fault is not None and fault.kind == "status" else 200 if blob else 404
+        self.send_response(entry["status"])
+        if entry["status"] == 200:
+            self.send_header("ETag", blob[1])
+        self.send_header("Content-Length", str(len(blob[0]) if entry["status"] == 200 else 0))
+        self.end_headers()
+
     def _reply(self, entry, status, body, headers=None, fault=None):
         entry["status"] = status
         self.send_response(status)

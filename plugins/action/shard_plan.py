@@ -1,0 +1,173 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of shard_staging: learn the shards, plan where they go, write the plan and each node's list."""
+
+import hashlib
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote, urlsplit
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_native
+from ansible.module_utils.urls import open_url
+from ansible.plugins.action import ActionBase
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
+    ShardPlanError, expand_source, make_plan, node_shards, parse_index, shard_records)
+
+HEAD_CONCURRENCY = 32
+
+
+def read_url(url, timeout):
+    """The text behind an http(s):// or file:// URL, or a path on the controller."""
+    if url.startswith(("http://", "https://")):
+        return to_native(open_url(url, timeout=timeout, http_agent="dlinfra.gpu_cluster-shard_plan/1").read())
+    path = unquote(urlsplit(url).path) if url.startswith("file://") else url
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def probe_size(url, timeout):
+    """The size of one shard: Content-Length from a HEAD request, or the size of a file:// path seen from the controller."""
+    if url.startswith("file://"):
+        path = unquote(urlsplit(url).path)
+        try:
+            return os.stat(path).st_size
+        except OSError as exc:
+            raise ShardPlanError("shard %s: cannot read its size on the controller (%s); give the dataset an index with sizes "
+                                 "when its file:// source is mounted only on the nodes" % (url, exc.strerror))
+    try:
+        response = open_url(url, method="HEAD", timeout=timeout, http_agent="dlinfra.gpu_cluster-shard_plan/1")
+        length = response.headers.get("Content-Length")
+    except Exception as exc:  # open_url raises HTTPError, URLError, socket and SSL errors alike
+        raise ShardPlanError("shard %s: HEAD request failed (%s); check the URL or give the dataset an index with sizes" % (url, exc))
+    if length is None or not length.isdigit():
+        raise ShardPlanError("shard %s: the server sent no Content-Length; give the dataset an index with sizes" % url)
+    return int(length)
+
+
+def learn_shards(dataset, timeout):
+    urls = expand_source(dataset["source"])
+    index = None
+    if dataset.get("index"):
+        try:
+            index = parse_index(read_url(dataset["index"], timeout), origin=dataset["index"])
+        except ShardPlanError:
+            raise
+        except Exception as exc:
+            raise ShardPlanError("dataset %r: cannot read its index %s (%s)" % (dataset["name"], dataset["index"], exc))
+    records = shard_records(urls, index)
+    unknown = [record for record in records if record["size"] is None]
+    if unknown:
+        with ThreadPoolExecutor(HEAD_CONCURRENCY) as pool:
+            for record, size in zip(unknown, pool.map(lambda r: probe_size(r["url"], timeout), unknown)):
+                record["size"] = size
+    return records
+
+
+def write_atomically(path, data):
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def write_list(plan_dir, shards):
+    """Store one node's shard list under its content hash (a cache: check mode may write it) and return its path."""
+    data = json.dumps(shards, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    path = os.path.join(plan_dir, "lists", hashlib.sha256(data).hexdigest() + ".json")
+    if not os.path.exists(path):
+        write_atomically(path, data)
+    return path
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout"))
+    # Each target's room, as the role's probe left it: {"reserve_bytes": N, "results": [shard_space results]}.
+    ROOM_VAR = "__shard_staging_room"
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        datasets, targets, plan_dir = args.get("datasets"), args.get("targets"), args.get("plan_dir")
+        timeout = args.get("timeout", 30)
+        if not isinstance(datasets, list) or not isinstance(targets, list) or not targets or not plan_dir:
+            raise AnsibleActionFail("shard_plan needs datasets (a list), targets (a non-empty list of hosts) and plan_dir")
+        space = {host: self._room(task_vars["hostvars"].get(host, {})) for host in targets}
+        plan_dir = os.path.abspath(os.path.expanduser(plan_dir))
+        result.update(changed=False, datasets={})
+        diff_before, diff_after = [], []
+        for dataset in datasets:
+            name = dataset["name"]
+            try:
+                planned = self._plan_one(dataset, space, plan_dir, timeout)
+            except ShardPlanError as exc:
+                raise AnsibleActionFail(to_native(exc))
+            result["datasets"][name] = planned
+            result["changed"] = result["changed"] or planned["changed"]
+            diff_before.append(planned.pop("_before"))
+            diff_after.append(planned["summary"])
+        result["msg"] = "\n".join(diff_after)
+        if self._task.diff:
+            result["diff"] = {"before": "\n".join(diff_before) + "\n", "after": "\n".join(diff_after) + "\n",
+                              "before_header": "previous plans", "after_header": "new plans"}
+        return result
+
+    def _room(self, hostvars):
+        """{dataset: {free_bytes, held_bytes, total_bytes}} of one target, its reserve taken off; {} if it never reported."""
+        room = hostvars.get(self.ROOM_VAR) or {}
+        reserve = int(room.get("reserve_bytes") or 0)
+        return {
+            result["item"]["name"]: {"free_bytes": max(0, result["free_bytes"] - reserve), "held_bytes": result["held_bytes"],
+                                     "total_bytes": result["total_bytes"]}
+            for result in room.get("results", []) if "free_bytes" in result
+        }
+
+    def _plan_one(self, dataset, space, plan_dir, timeout):
+        name = dataset["name"]
+        nodes = {}
+        for host in sorted(space):
+            room = (space[host] or {}).get(name)
+            if not room:
+                raise ShardPlanError("dataset %r: no space report from target %s: it is unreachable or failed earlier; bring it back "
+                                     "or remove it from shard_staging_targets" % (name, host))
+            nodes[host] = room
+        shards = learn_shards(dataset, timeout)
+        plan_path = os.path.join(plan_dir, name + ".plan.json")
+        previous = None
+        if os.path.exists(plan_path):
+            with open(plan_path, encoding="utf-8") as handle:
+                previous = json.load(handle)
+        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom") if dataset.get(key) is not None}
+        plan = make_plan(settings, shards, nodes, previous)
+        plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
+        changes = plan["changes"]
+        changed = (previous is None or changes["fetch_copies"] > 0 or changes["remove_copies"] > 0
+                   or previous.get("sources") != plan["sources"])
+        if changed and not self._task.check_mode:
+            write_atomically(plan_path, json.dumps(plan, sort_keys=True, indent=1).encode("utf-8"))
+        by_record = {record["name"]: record for record in shards}
+        lists = {}
+        for host in sorted(nodes):
+            lists[host] = write_list(plan_dir, [by_record[shard] for shard in node_shards(plan, host)])
+        return {
+            "changed": changed,
+            "mode": plan["mode"],
+            "summary": plan["summary"],
+            "plan_file": plan_path,
+            "changes": plan["changes"],
+            "nodes": plan["nodes"],
+            "lists": lists,
+            "_before": previous["summary"] if previous else "dataset %s: no plan yet" % name,
+        }

@@ -1,0 +1,91 @@
+#!/usr/bin/python
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: shard_plan
+short_description: Plan where the shards of sharded datasets go across staging nodes
+version_added: 0.1.0
+description:
+  - Runs on the controller (an action plugin; this file only documents it), once for all targets.
+  - Expands each dataset's source patterns, learns shard sizes and sha256 from its index or sizes from HEAD
+    requests, reads each target's room from what the shard_staging role's probe left in its host variables,
+    chooses replicate or partition mode, places partitioned shards by weighted rendezvous hashing, and compares
+    the result with the previous plan.
+  - Writes C(PLAN_DIR/NAME.plan.json) (not in check mode) and, for each node, its shard list under
+    C(PLAN_DIR/lists/) named by content hash, which M(dlinfra.gpu_cluster.shard_fetch) takes as O(dlinfra.gpu_cluster.shard_fetch#module:shards_src).
+  - Meant to be used through the P(dlinfra.gpu_cluster.shard_staging#role) role.
+author:
+  - dlinfra.gpu_cluster maintainers (@dlinfra)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Plans and reports, but leaves the previous plan in place.
+  diff_mode:
+    support: full
+    details: Shows the previous and the new plan summaries.
+  platform:
+    platforms: all
+options:
+  datasets:
+    description: The datasets, as the role's C(shard_staging_datasets) describes them (name, source, index, mode, replicas, headroom).
+    type: list
+    elements: dict
+    required: true
+  targets:
+    description: The hosts to plan for; each must carry the role's room report (C(__shard_staging_room)).
+    type: list
+    elements: str
+    required: true
+  plan_dir:
+    description: Controller directory for plans and node lists.
+    type: path
+    required: true
+  timeout:
+    description: Seconds for each index download and HEAD request.
+    type: int
+    default: 30
+"""
+
+EXAMPLES = r"""
+- name: Plan where every shard goes
+  dlinfra.gpu_cluster.shard_plan:
+    datasets: "{{ shard_staging_datasets }}"
+    targets: "{{ shard_staging_targets }}"
+    plan_dir: "{{ shard_staging_plan_dir }}"
+  run_once: true
+  register: plan
+"""
+
+RETURN = r"""
+msg:
+  description: One summary line per dataset (mode, size, spread, what moves).
+  returned: always
+  type: str
+datasets:
+  description: Per dataset, the plan's outcome.
+  returned: always
+  type: dict
+  contains:
+    mode:
+      description: replicate or partition.
+      type: str
+    summary:
+      description: The dataset's summary line.
+      type: str
+    plan_file:
+      description: Path of the plan on the controller.
+      type: str
+    changes:
+      description: Copies and bytes to fetch and remove versus the previous plan.
+      type: dict
+    nodes:
+      description: Per node, capacity, shards, bytes and what it fetches and removes.
+      type: dict
+    lists:
+      description: Per node, the controller path of its shard list.
+      type: dict
+"""

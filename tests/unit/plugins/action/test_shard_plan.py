@@ -1,0 +1,115 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The shard_plan action: shard discovery on the controller, and the plan it writes through a real ansible-playbook run."""
+import hashlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import learn_shards, probe_size, write_list
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import ShardPlanError
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
+
+
+def test_sizes_come_from_head_when_the_index_has_only_checksums(tmp_path, shard_server):
+    blobs = {"d-%d.tar" % i: bytes([i]) * (1000 + i) for i in range(3)}
+    for name, data in blobs.items():
+        shard_server.add(name, data)
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("".join("%s  %s\n" % (hashlib.sha256(data).hexdigest(), name) for name, data in blobs.items()))
+    records = learn_shards({"name": "d", "source": shard_server.url("d-{0..2}.tar"), "index": str(sums)}, timeout=5)
+    assert [(r["name"], r["size"], r["sha256"]) for r in records] == [
+        (name, len(data), hashlib.sha256(data).hexdigest()) for name, data in blobs.items()]
+    assert sorted(e["path"] for e in shard_server.requests() if e.get("method") == "HEAD") == ["/d-0.tar", "/d-1.tar", "/d-2.tar"]
+
+
+def test_a_missing_shard_is_named_with_its_url(shard_server):
+    with pytest.raises(ShardPlanError, match=r"shard http://127\.0\.0\.1:\d+/gone\.tar: HEAD request failed"):
+        probe_size(shard_server.url("gone.tar"), timeout=5)
+
+
+def test_file_sources_take_their_size_from_the_controller(tmp_path):
+    (tmp_path / "a.tar").write_bytes(b"x" * 1234)
+    assert probe_size("file://%s/a.tar" % tmp_path, timeout=5) == 1234
+    with pytest.raises(ShardPlanError, match="give the dataset an index with sizes"):
+        probe_size("file://%s/missing.tar" % tmp_path, timeout=5)
+
+
+def test_node_lists_are_stored_by_content(tmp_path):
+    first = write_list(str(tmp_path), [{"name": "a.tar", "url": "u", "size": 1, "sha256": None}])
+    again = write_list(str(tmp_path), [{"name": "a.tar", "url": "u", "size": 1, "sha256": None}])
+    other = write_list(str(tmp_path), [])
+    assert first == again != other
+    assert json.loads(pathlib.Path(first).read_text()) == [{"name": "a.tar", "sha256": None, "size": 1, "url": "u"}]
+
+
+PLAYBOOK = """
+- hosts: nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.set_fact:
+        __shard_staging_room:
+          reserve_bytes: "{{ reserve | default(0) }}"
+          results: [{item: {name: ds}, free_bytes: "{{ free }}", held_bytes: 0, total_bytes: 100000000}]
+    - dlinfra.gpu_cluster.shard_plan:
+        datasets: [{name: ds, source: "file://%(data)s/s-{000..019}.tar", index: "%(data)s/index.json", mode: "{{ mode }}", replicas: 2}]
+        targets: "{{ groups['nodes'] }}"
+        plan_dir: "%(plans)s"
+      run_once: true
+      register: plan
+    - ansible.builtin.copy:
+        content: "{{ plan | to_json }}"
+        dest: "%(plans)s/result.json"
+        mode: "0644"
+      run_once: true
+      check_mode: false
+"""
+
+
+def run_plan(tmp_path, mode="auto", free=(10**7, 10**7, 10**7), reserve=0, check=False):
+    data = tmp_path / "data"
+    if not data.exists():
+        data.mkdir()
+        entries = [{"url": "s-%03d.tar" % i, "nsamples": 1, "filesize": 100000 + i} for i in range(20)]
+        (data / "index.json").write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": entries}))
+    plans = tmp_path / "plans"
+    plans.mkdir(exist_ok=True)
+    (tmp_path / "play.yml").write_text(PLAYBOOK % {"data": data, "plans": plans})
+    (tmp_path / "hosts.yml").write_text("nodes:\n  hosts:\n" + "".join(
+        "    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', free: %d, reserve: %d, mode: %s}\n" % (i, room, reserve, mode) for i, room in enumerate(free)))
+    command = [sys.executable, "-m", "ansible", "playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
+    done = subprocess.run(command + (["--check", "--diff"] if check else []), capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+    return done, json.loads((plans / "result.json").read_text()) if done.returncode == 0 else None
+
+
+def test_check_mode_shows_the_plan_and_writes_none(tmp_path):
+    done, result = run_plan(tmp_path, check=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert result["changed"] is True
+    assert "dataset ds: replicate (on every node), 20 shards" in result["msg"]
+    assert "dataset ds: no plan yet" in done.stdout
+    assert not (tmp_path / "plans" / "ds.plan.json").exists()
+
+
+def test_plan_is_written_once_then_unchanged(tmp_path):
+    done, first = run_plan(tmp_path, mode="partition")
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = json.loads((tmp_path / "plans" / "ds.plan.json").read_text())
+    assert first["changed"] is True and plan["mode"] == "partition"
+    assert all(len(set(nodes)) == 2 for nodes in plan["assignment"].values())
+    lists = first["datasets"]["ds"]["lists"]
+    held = [json.loads(pathlib.Path(lists[host]).read_text()) for host in ("n0", "n1", "n2")]
+    assert sum(len(shards) for shards in held) == 40
+    done, second = run_plan(tmp_path, mode="partition")
+    assert second["changed"] is False
+    assert second["datasets"]["ds"]["changes"]["fetch_copies"] == 0
+
+
+def test_a_dataset_too_big_for_the_nodes_fails_saying_it_must_be_streamed(tmp_path):
+    done, _result = run_plan(tmp_path, free=(10**6, 10**6, 10**6), reserve=500000)
+    assert done.returncode != 0
+    assert "are missing. Stream it from distributed storage instead" in done.stdout, done.stdout
