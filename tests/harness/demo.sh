@@ -37,6 +37,11 @@ up() {
     docker exec "$host" systemctl is-system-running --wait >/dev/null 2>&1 || true
   done < <(hosts_and_images)
 
+  # The lab's dataset server (a test fixture, not part of site.yml).
+  ansible-playbook -i "$inventory" tests/fixtures/dataset_server.yml >"${TMPDIR:-/tmp}/dlinfra-demo-store.log" 2>&1 || {
+    tail -n 40 "${TMPDIR:-/tmp}/dlinfra-demo-store.log" >&2
+    exit 1
+  }
   ANSIBLE_CALLBACKS_ENABLED=dlinfra.gpu_cluster.role_summary ansible-playbook site.yml -i "$inventory"
   echo
   echo "demo: the lab is up. Try: docker exec -it sim-head bash   |   make demo-down removes it."
