@@ -1,0 +1,209 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The contenders: each fetches a shard list from nginx into an empty directory, the way a user would run it.
+
+Every fetcher writes its inputs (shard list, URL list, playbook) into its own scratch directory before the
+clock starts; `fetch()` is what is timed. Peers run without checksum verification (their fastest form), so
+the comparison never favours the engine; the engine runs as the role runs it, with every shard's sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from _server import find_command
+
+ENGINE_MODULE = "ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer"
+COLLECTIONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "collections")
+# The role's default (shard_staging_concurrency); peers get twice as many parallel transfers.
+ENGINE_CONCURRENCY = 8
+PEER_PARALLELISM = 16
+GET_URL_PLAYBOOK = """\
+- name: Fetch each shard with get_url
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Fetch one shard
+      ansible.builtin.get_url:
+        url: "{{ item.url }}"
+        dest: "{{ bench_dest }}/{{ item.name }}"
+        mode: "0644"
+      loop: "{{ bench_shards }}"
+      loop_control:
+        label: "{{ item.name }}"
+"""
+
+
+class ToolFailed(Exception):
+    """The tool exited non-zero, timed out, or reported failed shards."""
+
+
+def run_logged(command, log_path, timeout, env=None, cwd=None):
+    """Run a command with its output in log_path; raise ToolFailed with the log's tail when it fails."""
+    with open(log_path, "wb") as log:
+        try:
+            done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                  timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ToolFailed("%s ran longer than %d s" % (os.path.basename(command[0]), timeout))
+    if done.returncode != 0:
+        with open(log_path, "rb") as log:
+            tail = log.read()[-600:].decode("utf-8", "replace").strip()
+        raise ToolFailed("%s exited %d: %s" % (os.path.basename(command[0]), done.returncode, tail))
+
+
+class Fetcher(object):
+    """A tool that fetches shards. `prepare()` writes its inputs; `fetch()` is timed; `missing()` says why it cannot run."""
+
+    name = ""
+    label = ""
+    command = None
+
+    def __init__(self, scratch, timeout):
+        self.scratch = scratch
+        self.timeout = timeout
+        self.inputs = None
+
+    def missing(self):
+        if self.command and find_command(self.command) is None:
+            return "%s is not installed" % self.command
+        return None
+
+    def prepare(self, case, shards, dest):
+        """Write the tool's inputs for fetching `shards` into dest."""
+        os.makedirs(self.scratch, exist_ok=True)
+        self.inputs = self._write_inputs(case, shards, dest)
+
+    def _write_inputs(self, case, shards, dest):
+        raise NotImplementedError
+
+    def fetch(self):
+        """Do the transfer; return details worth keeping (may be empty)."""
+        run_logged(self.inputs, os.path.join(self.scratch, "log.txt"), self.timeout)
+        return {}
+
+    def _path(self, name):
+        return os.path.join(self.scratch, name)
+
+
+class Engine(Fetcher):
+    """shard_transfer.stage() through its command-line entry point: a fresh Python process, as the module's is."""
+
+    name = "engine"
+    label = "shard_transfer (this role)"
+
+    def _write_inputs(self, case, shards, dest):
+        shard_list = case.write_shard_list(self._path("shards.json"), shards)
+        config = {"shards_file": shard_list, "dest": dest, "concurrency": ENGINE_CONCURRENCY}
+        with open(self._path("config.json"), "w") as handle:
+            json.dump(config, handle)
+        return [sys.executable, "-m", ENGINE_MODULE, self._path("config.json")]
+
+    def fetch(self):
+        env = dict(os.environ, PYTHONPATH=COLLECTIONS_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        try:
+            done = subprocess.run(self.inputs, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                                  timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ToolFailed("the engine ran longer than %d s" % self.timeout)
+        lines = done.stdout.strip().splitlines()
+        try:
+            result = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            raise ToolFailed("the engine exited %d without a result: %s" % (done.returncode, done.stderr.strip()[-600:]))
+        if done.returncode != 0 or "error" in result:
+            failed = result.get("failed_shards") or []
+            raise ToolFailed("the engine exited %d: %s" % (done.returncode, result.get("error") or result.get("errors") or failed[:3]))
+        keep = ("fetched", "confirmed", "verified", "fetched_bytes", "elapsed", "throughput", "changed", "warnings")
+        return {key: result[key] for key in keep if key in result}
+
+
+class Aria2(Fetcher):
+    name = "aria2c"
+    label = "aria2c -i, -j%d -x1" % PEER_PARALLELISM
+    command = "aria2c"
+
+    def _write_inputs(self, case, shards, dest):
+        with open(self._path("input.txt"), "w") as handle:
+            for shard in shards:
+                handle.write("%s\n  out=%s\n" % (shard["url"], shard["name"]))
+        return [find_command("aria2c"), "--no-conf", "--quiet", "-i", self._path("input.txt"), "-d", dest,
+                "-j", str(PEER_PARALLELISM), "-x", "1", "--file-allocation=none", "--auto-file-renaming=false",
+                "--allow-overwrite=true", "--summary-interval=0", "--max-tries=3"]
+
+
+class Rclone(Fetcher):
+    name = "rclone"
+    label = "rclone copy :http:, --transfers %d" % PEER_PARALLELISM
+    command = "rclone"
+
+    def _write_inputs(self, case, shards, dest):
+        if len(shards) != case.count:
+            raise ValueError("rclone copies the case's whole directory; it cannot take a subset")
+        open(self._path("rclone.conf"), "w").close()
+        directory_url = shards[0]["url"].rsplit("/", 1)[0] + "/"
+        return [find_command("rclone"), "--config", self._path("rclone.conf"), "copy", ":http:", dest, "--http-url", directory_url,
+                "--http-no-head", "--transfers", str(PEER_PARALLELISM), "--checkers", str(PEER_PARALLELISM), "--no-check-dest",
+                "--retries", "1", "--low-level-retries", "3", "-q"]
+
+
+class SequentialCurl(Fetcher):
+    """One curl process given every URL: one shard at a time over one keep-alive connection."""
+
+    name = "curl"
+    label = "curl, sequential (one process, all URLs)"
+    command = "curl"
+    output = None
+
+    def _write_inputs(self, case, shards, dest):
+        with open(self._path("curl.conf"), "w") as handle:
+            for shard in shards:
+                target = self.output or os.path.join(dest, shard["name"])
+                handle.write('url = "%s"\noutput = "%s"\n' % (shard["url"], target))
+        return [find_command("curl"), "--silent", "--show-error", "--fail", "--fail-early", "--config", self._path("curl.conf")]
+
+
+class StreamToNull(SequentialCurl):
+    """The network limit: the same bytes in one HTTP stream into /dev/null, nothing written to disk."""
+
+    name = "stream-null"
+    label = "limit: one stream to /dev/null (curl)"
+    output = "/dev/null"
+
+
+class GetUrlLoop(Fetcher):
+    """ansible-playbook, connection local, one ansible.builtin.get_url task item per shard (pipelining on)."""
+
+    name = "get_url"
+    label = "ansible.builtin.get_url loop"
+    command = "ansible-playbook"
+
+    def missing(self):
+        return None if self._playbook_command() else "ansible-playbook is not installed"
+
+    @staticmethod
+    def _playbook_command():
+        beside_python = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+        return beside_python if os.access(beside_python, os.X_OK) else find_command("ansible-playbook")
+
+    def _write_inputs(self, case, shards, dest):
+        with open(self._path("get_url.yml"), "w") as handle:
+            handle.write(GET_URL_PLAYBOOK)
+        with open(self._path("vars.json"), "w") as handle:
+            json.dump({"bench_dest": dest, "bench_shards": [{"name": shard["name"], "url": shard["url"]} for shard in shards]}, handle)
+        return [self._playbook_command(), "-i", "localhost,", "-e", "@" + self._path("vars.json"),
+                "-e", "ansible_python_interpreter=" + sys.executable, self._path("get_url.yml")]
+
+    def fetch(self):
+        env = dict(os.environ, ANSIBLE_PIPELINING="True", ANSIBLE_LOCALHOST_WARNING="False", ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+                   ANSIBLE_LOCAL_TEMP=self._path("ansible-local"), ANSIBLE_REMOTE_TMP=self._path("ansible-remote"),
+                   ANSIBLE_CONFIG=self._path("absent.cfg"), ANSIBLE_NOCOLOR="1")
+        run_logged(self.inputs, self._path("log.txt"), self.timeout, env=env, cwd=self.scratch)
+        return {}
+
+
+FETCHERS = (Engine, Aria2, Rclone, SequentialCurl, GetUrlLoop)

@@ -1,0 +1,146 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The staging benchmark: its quick mode end to end over a real nginx, and the pieces that judge its results."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "staging"
+sys.path.insert(0, str(BENCH_DIR))
+
+import run as staging_bench  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from _dataset import check_copy  # noqa: E402  pylint: disable=wrong-import-position,import-error
+from _server import find_command  # noqa: E402  pylint: disable=wrong-import-position,import-error
+
+QUICK_TIMEOUT_S = 90
+BIG, SMALL, NOOP = "(a) big", "(b) small", "no-op"
+
+
+def _nginx_unavailable():
+    if find_command("nginx"):
+        return None
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        return None
+    return "nginx is not installed, and installing it needs root and apt-get"
+
+
+@pytest.fixture(scope="module")
+def quick_result(tmp_path_factory):
+    reason = _nginx_unavailable()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("staging-bench")
+    result_path = work / "quick.json"
+    done = subprocess.run([sys.executable, str(BENCH_DIR / "run.py"), "--quick", "--json", str(result_path), "--workdir", str(work)],
+                          capture_output=True, text=True, timeout=QUICK_TIMEOUT_S, check=False)
+    if done.returncode == 3:
+        pytest.skip("nginx could not be installed or started: %s" % done.stderr.strip()[-300:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Targets (not enforced in quick mode):" in done.stdout
+    return json.loads(result_path.read_text())
+
+
+def _engine_rows(result):
+    return {row["case"]: row for row in result["rows"] if row["tool"] == "engine"}
+
+
+def test_quick_mode_engine_fetches_every_shard_verified(quick_result):
+    rows = _engine_rows(quick_result)
+    fetch_cases = [case for case in rows if case.startswith(("(a)", "(b)"))]
+    assert len(fetch_cases) == 2
+    for case in fetch_cases:
+        row = rows[case]
+        # "ok" means the copy was checked after the run: every shard present with its size and sha256.
+        assert row["status"] == "ok", row
+        assert row["seconds"] > 0
+        assert row["details"]["fetched"] == row["files"]
+        assert row["details"]["fetched_bytes"] == row["bytes"]
+
+
+def test_quick_mode_engine_rerun_is_a_noop_and_plan_runs(quick_result):
+    rows = _engine_rows(quick_result)
+    noop = next(row for case, row in rows.items() if case.startswith("no-op"))
+    assert noop["status"] == "ok", noop
+    assert noop["details"]["fetched"] == 0
+    assert noop["details"]["confirmed"] == noop["files"]
+    assert noop["details"]["changed"] is False
+    assert rows["plan"]["status"] == "ok"
+    assert rows["plan"]["details"]["paths_agree"] is True
+
+
+def test_quick_mode_every_tool_that_ran_made_a_whole_copy(quick_result):
+    failed = [row for row in quick_result["rows"] if row["status"].startswith("failed")]
+    assert not failed
+    assert all(row["status"] == "ok" or row["status"].startswith("skipped: ") for row in quick_result["rows"])
+    assert len(quick_result["targets"]) == 6
+
+
+def _verdicts(rows):
+    staging_bench.add_ratios(rows)
+    return {name: verdict for name, verdict, _evidence in staging_bench.evaluate_targets(rows, BIG, SMALL, NOOP)}
+
+
+# Every target exactly met: (a) 9/10 = 0.9 of aria2c and 8/10 = 0.8 of the disk; (b) as fast as curl and 20x get_url.
+AT_THE_BOUNDARIES = {
+    (BIG, "engine"): 10.0, (BIG, "aria2c"): 9.0, (BIG, "rclone"): 12.0, (BIG, "stream-null"): 4.0, (BIG, "disk-write"): 8.0,
+    (SMALL, "engine"): 10.0, (SMALL, "curl"): 10.0, (SMALL, "get_url"): 200.0,
+    (NOOP, "engine"): 1.0, (NOOP, "rsync"): 1.25, ("plan", "engine"): 5.0,
+}
+
+
+def _rows(changes=None, without=()):
+    seconds = dict(AT_THE_BOUNDARIES)
+    seconds.update(changes or {})
+    return [{"case": case, "tool": tool, "seconds": value} for (case, tool), value in seconds.items() if tool not in without]
+
+
+def test_targets_pass_at_the_boundaries():
+    assert set(_verdicts(_rows()).values()) == {"PASS"}
+
+
+@pytest.mark.parametrize("changes, failing", [
+    ({(BIG, "aria2c"): 8.9}, "(a) engine >= 0.9x the fastest peer"),
+    ({(BIG, "disk-write"): 7.9}, "(a) engine >= 0.8x the physical limit (slower of stream and disk)"),
+    ({(SMALL, "curl"): 9.9}, "(b) engine >= the fastest peer"),
+    ({(SMALL, "get_url"): 199.0}, "(b) engine >= 20x the get_url loop"),
+    ({(NOOP, "rsync"): 1.0}, "no-op re-run faster than rsync -a --dry-run"),
+    ({("plan", "engine"): 5.01}, "plan <= 5 s"),
+])
+def test_targets_fail_just_past_the_boundaries(changes, failing):
+    verdicts = _verdicts(_rows(changes))
+    assert verdicts[failing] == "FAIL"
+    assert sum(verdict == "FAIL" for verdict in verdicts.values()) == 1
+
+
+def test_targets_without_a_figure_are_not_judged():
+    verdicts = _verdicts(_rows(without=("get_url", "rsync")))
+    assert verdicts["(b) engine >= 20x the get_url loop"] == "n/a"
+    assert verdicts["no-op re-run faster than rsync -a --dry-run"] == "n/a"
+    assert verdicts["(b) engine >= the fastest peer"] == "PASS"
+
+
+def test_check_copy_names_missing_wrong_size_wrong_hash_and_extra_files(tmp_path):
+    shards = []
+    for number, data in enumerate((b"alpha", b"beta", b"gamma")):
+        name = "shard-%d.tar" % number
+        (tmp_path / name).write_bytes(data)
+        shards.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    (tmp_path / ".journal").write_text("{}")
+    assert not check_copy(str(tmp_path), shards)
+    (tmp_path / "shard-0.tar").unlink()
+    (tmp_path / "shard-1.tar").write_bytes(b"bet")
+    (tmp_path / "shard-2.tar").write_bytes(b"GAMMA")
+    (tmp_path / "stray.tar").write_bytes(b"")
+    problems = check_copy(str(tmp_path), shards)
+    assert problems == ["shard-0.tar is missing", "shard-1.tar has 3 bytes, expected 4", "shard-2.tar has the wrong sha256",
+                        "1 unexpected files, e.g. stray.tar"]
+    assert check_copy(str(tmp_path), shards, hashed="none")[-1] == "1 unexpected files, e.g. stray.tar"
