@@ -32,3 +32,6 @@ sanity: venv
 
 molecule: venv images
 	@$(PYTHON) tests/harness/run_stages.py --only molecule
+
+bench: venv  ## the full staging benchmark (~16 min, ~12 GiB free disk): the table and the issue's targets
+	@.venv/bin/python benchmarks/staging/run.py --json benchmarks/staging/results/full.json
