@@ -396,7 +396,8 @@ class _Partial(object):
             raise _LocalError("cannot write %s: %s" % (self.path, exc.strerror))
         self.offset += length
         self.received += length
-        if self.offset - self.durable >= self.checkpoint_bytes:
+        # A complete shard is committed next (fsync, rename); a checkpoint now would only fsync it twice.
+        if self.offset - self.durable >= self.checkpoint_bytes and (self.total is None or self.offset < self.total):
             self.checkpoint()
 
     def note_copied(self, count):
@@ -434,8 +435,9 @@ class _Partial(object):
             os.close(self.fd)
             self.fd = None
             _unlink_quietly(self.state_path)
+            # The directory is fsynced once per journal save (group commit), before the journal lists the shard:
+            # a rename lost in a crash leaves a shard the journal does not know, which a re-run verifies or fetches.
             os.replace(self.path, self.final_path)
-            _fsync_directory(os.path.dirname(self.final_path))
         except OSError as exc:
             raise _LocalError("cannot finish %s: %s" % (self.final_path, exc.strerror))
         return info.st_size, info.st_mtime_ns, digest
@@ -1081,6 +1083,7 @@ class _Run(object):
 
     def _save_journal(self, during_run=False):
         try:
+            _fsync_directory(self.dest)
             self.journal.save()
         except OSError as exc:
             message = "cannot write the journal %s: %s" % (self.journal_path, exc.strerror or exc)
