@@ -834,7 +834,8 @@ def _human(nbytes):
     return "%d B" % nbytes
 
 
-def _nearest_existing(path):
+def nearest_existing(path):
+    """path, or its nearest parent that exists (to measure the filesystem a path will be created on)."""
     while not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
@@ -890,7 +891,7 @@ class _Run(object):
         if os.path.exists(dest) and not os.path.isdir(dest):
             raise StagingError("dest %s exists and is not a directory; choose another dest or remove it" % dest)
         if self.check_mode:
-            anchor = _nearest_existing(dest)
+            anchor = nearest_existing(dest)
             if not os.path.isdir(anchor) or not os.access(anchor, os.W_OK | os.X_OK):
                 raise StagingError("dest %s is not writable (checked %s); fix its permissions or choose another dest" % (dest, anchor))
             if anchor != dest:
@@ -969,7 +970,7 @@ class _Run(object):
                 unknown += 1
             else:
                 needed += max(0, shard.size - partials.get(shard.name, 0))
-        anchor = _nearest_existing(self.dest)
+        anchor = nearest_existing(self.dest)
         info = os.statvfs(anchor)
         free = info.f_bavail * info.f_frsize
         if needed > free:

@@ -76,22 +76,13 @@ held_shards:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, Journal, StagingError
-
-
-def nearest_existing_directory(path):
-    while not os.path.isdir(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, Journal, StagingError, nearest_existing
 
 
 def main():
     module = AnsibleModule(argument_spec={"dest": {"type": "path", "required": True}}, supports_check_mode=True)
     dest = os.path.abspath(module.params["dest"])
-    measured = nearest_existing_directory(dest)
+    measured = nearest_existing(dest)
     try:
         stats = os.statvfs(measured)
     except OSError as exc:
