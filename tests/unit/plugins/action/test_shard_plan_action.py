@@ -79,8 +79,8 @@ def run_plan(tmp_path, mode="auto", free=(10**7, 10**7, 10**7), reserve=0, check
     plans = tmp_path / "plans"
     plans.mkdir(exist_ok=True)
     (tmp_path / "play.yml").write_text(PLAYBOOK % {"data": data, "plans": plans})
-    (tmp_path / "hosts.yml").write_text("nodes:\n  hosts:\n" + "".join(
-        "    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', free: %d, reserve: %d, mode: %s}\n" % (i, room, reserve, mode) for i, room in enumerate(free)))
+    host_line = "    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', free: %d, reserve: %d, mode: %s}\n"
+    (tmp_path / "hosts.yml").write_text("nodes:\n  hosts:\n" + "".join(host_line % (i, room, reserve, mode) for i, room in enumerate(free)))
     command = [sys.executable, "-m", "ansible", "playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
     done = subprocess.run(command + (["--check", "--diff"] if check else []), capture_output=True, text=True, check=False, cwd=REPO_ROOT)
     return done, json.loads((plans / "result.json").read_text()) if done.returncode == 0 else None
