@@ -52,11 +52,10 @@ def learn_shards(dataset, timeout):
     index = None
     if dataset.get("index"):
         try:
-            index = parse_index(read_url(dataset["index"], timeout), origin=dataset["index"])
-        except ShardPlanError:
-            raise
-        except Exception as exc:
-            raise ShardPlanError("dataset %r: cannot read its index %s (%s)" % (dataset["name"], dataset["index"], exc))
+            text = read_url(dataset["index"], timeout)
+        except Exception as exc:  # open_url and open raise HTTP, URL, socket and OS errors alike
+            raise ShardPlanError("dataset %r: cannot read its index %s (%s); check the URL or path" % (dataset["name"], dataset["index"], exc))
+        index = parse_index(text, origin=dataset["index"])
     records = shard_records(urls, index)
     unknown = [record for record in records if record["size"] is None]
     if unknown:

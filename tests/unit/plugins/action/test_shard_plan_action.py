@@ -32,6 +32,11 @@ def test_a_missing_shard_is_named_with_its_url(shard_server):
         probe_size(shard_server.url("gone.tar"), timeout=5)
 
 
+def test_an_unreadable_index_is_named(tmp_path):
+    with pytest.raises(ShardPlanError, match=r"dataset 'd': cannot read its index .*/nowhere.json"):
+        learn_shards({"name": "d", "source": "http://store/d-{0..1}.tar", "index": str(tmp_path / "nowhere.json")}, timeout=5)
+
+
 def test_file_sources_take_their_size_from_the_controller(tmp_path):
     (tmp_path / "a.tar").write_bytes(b"x" * 1234)
     assert probe_size("file://%s/a.tar" % tmp_path, timeout=5) == 1234
