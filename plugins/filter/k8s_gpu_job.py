@@ -18,7 +18,7 @@ NAME_FIX = "use at most 63 lowercase letters, digits and '-', starting and endin
 
 
 def _label_key_problem(key):
-    prefix, _, name = key.rpartition("/")
+    prefix, name = key.rpartition("/")[::2]
     if not LABEL_NAME.match(name) or (prefix and (len(prefix) > 253 or not LABEL_PREFIX.match(prefix))):
         return "key %r is not a label key" % key
     return None
@@ -126,8 +126,8 @@ def k8s_gpu_job(name, image, command=None, gpus=1, node_selector=None, kind="Job
     if problem:
         problems.append(problem)
     gpus = _gpus(gpus, problems)
-    selector = _node_selector(node_selector, problems) if node_selector else {}
-    env_vars = _env(env, problems) if env else []
+    selector = _node_selector(node_selector, problems) if node_selector is not None else {}
+    env_vars = _env(env, problems) if env is not None else []
 
     policies = RESTART_POLICIES.get(kind, RESTART_POLICIES["Pod"])
     if restart_policy not in policies:

@@ -119,6 +119,8 @@ def test_good_names(name):
     ({"node_selector": {"gpu": "not ok"}}, "node_selector: value 'not ok' of 'gpu' is not a label value"),
     ({"node_selector": {"gpu": ["a"]}}, "node_selector: value ['a'] of 'gpu' is not a label value"),
     ({"env": "A=1"}, "env='A=1' is not a dict"),
+    ({"env": ""}, "env='' is not a dict"),
+    ({"node_selector": ""}, "node_selector='' is not a dict"),
     ({"env": {"1X": "a"}}, "env: '1X'='a' is not a variable"),
     ({"env": {"X": None}}, "env: 'X'=None is not a variable"),
     ({"kind": "Job", "restart_policy": "Always"}, "restart_policy='Always' is not allowed for a Job; fix: use one of Never, OnFailure"),
