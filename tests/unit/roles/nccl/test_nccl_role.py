@@ -236,3 +236,27 @@ def test_platform_files_are_complete(platform):
     keys = set(yaml.safe_load(platform_file(*PLATFORMS[platform]).read_text()))
     assert keys == {"__nccl_package_manager", "__nccl_releases", "__nccl_packages", "__nccl_tests_cuda_home",
                     "__nccl_tests_mpi_home", "__nccl_tests_build_packages", "__nccl_tests_mpi_packages"}
+
+
+# Validation: which hosts are measured (no GPU here, so the decision is checked on the facts module's states) ------------
+
+def validation_skip_reason(gpu, check_mode=False, **overrides):
+    tasks = yaml.safe_load((ROLE / "tasks" / "validate.yml").read_text())
+    task_vars = next(task["vars"] for task in tasks if task["name"] == "Decide whether this host is measured")
+    templar = role_templar("debian13", **overrides)
+    variables = dict(templar.available_variables, __nccl_gpu=gpu, ansible_check_mode=check_mode, **_trust(task_vars))
+    return resolve(templar.copy_with_new_env(available_variables=variables), "__reason")
+
+
+@pytest.mark.parametrize("gpu, check_mode, overrides, expected", [
+    ({"gpu_count": 8, "driver_state": "ok", "message": ""}, False, {}, ""),
+    ({"gpu_count": 0, "driver_state": "no_gpu", "message": ""}, False, {}, "no NVIDIA GPU on PCI"),
+    ({"gpu_count": 8, "driver_state": "version_mismatch", "message": "reboot to load 550.163.01"}, False, {},
+     "the NVIDIA driver does not answer (version_mismatch: reboot to load 550.163.01)"),
+    ({"gpu_count": 1, "driver_state": "ok", "message": ""}, False, {}, "one GPU: an all-reduce over one rank moves no data"),
+    ({"gpu_count": 1, "driver_state": "ok", "message": ""}, False, {"nccl_validate_multinode": True}, ""),
+    ({"gpu_count": 8, "driver_state": "ok", "message": ""}, True, {}, "check mode does not run the benchmark"),
+])
+def test_validation_runs_only_where_gpus_answer(gpu, check_mode, overrides, expected):
+    reason = validation_skip_reason(gpu, check_mode, **overrides)
+    assert reason.startswith(expected) and (expected or reason == "")
