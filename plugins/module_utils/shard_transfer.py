@@ -3,9 +3,12 @@
 """Stage a node's dataset shards into a local directory, atomically and resumably.
 
 ``stage(shards, dest, ...)`` is the whole engine; the ``shard_fetch`` module and benchmarks call it.
-A shard appears under its final name only after it is complete, verified and fsynced; until then it
+A shard appears under its final name only after it is complete, verified and durable; until then it
 lives in ``.NAME.part`` beside a ``.NAME.part.state`` file that records how much of it is durable and
 which source version (validator) it came from, so a later run can resume it with an HTTP Range request.
+Small shards are made durable in groups (group commit): workers verify and close their part files, and
+the coordinating thread makes a whole batch durable with one syncfs(2) before renaming any of them; large
+shards, and filesystems or kernels where syncfs cannot be trusted, get one fsync per shard instead.
 A journal in ``dest`` remembers every staged shard (size, mtime_ns, sha256, validator) so a re-run
 confirms them from one directory scan, and so pruning only ever removes files this engine staged.
 
@@ -192,6 +195,54 @@ def _fsync_directory(path):
         os.close(fd)
 
 
+# Filesystems whose syncfs(2) writes back every dirty page and flushes the device, as fsync does per file.
+_SYNCFS_FILESYSTEMS = frozenset(("ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"))
+# Before Linux 5.8, syncfs(2) returned 0 even when writing back failed.
+_SYNCFS_MIN_KERNEL = (5, 8)
+
+
+def _filesystem_type(path):
+    """The type of the filesystem that holds path, from /proc/self/mountinfo (None when it cannot be told)."""
+    device = os.stat(path).st_dev
+    wanted = "%d:%d" % (os.major(device), os.minor(device))
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split(" - ", 1)
+                if len(fields) == 2 and fields[0].split(" ")[2:3] == [wanted]:
+                    return fields[1].split(" ", 1)[0]
+    except OSError:
+        pass
+    return None
+
+
+def _kernel_release(release):
+    """(major, minor) of a kernel release string such as '6.1.0-18-amd64', or None."""
+    match = re.match(r"^(\d+)\.(\d+)", release)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _trusted_syncfs(path):
+    """A function that makes every write to path's filesystem durable with one syncfs(2), raising OSError on failure;
+    or None where that cannot be trusted (not Linux, a kernel before 5.8, an unknown filesystem): fsync each file then."""
+    release = _kernel_release(os.uname().release) if sys.platform.startswith("linux") else None
+    if release is None or release < _SYNCFS_MIN_KERNEL or _filesystem_type(path) not in _SYNCFS_FILESYSTEMS:
+        return None
+    try:
+        import ctypes
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (ImportError, OSError, AttributeError):
+        return None
+    syncfs.argtypes = [ctypes.c_int]
+    syncfs.restype = ctypes.c_int
+
+    def call(fd):
+        if syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+    return call
+
+
 def _unlink_quietly(path):
     try:
         os.unlink(path)
@@ -302,7 +353,7 @@ class _Partial(object):
     which the part is durable, so a resume after a crash never trusts bytes that were not on disk.
     """
 
-    def __init__(self, dest, shard, checkpoint_bytes):
+    def __init__(self, dest, shard, checkpoint_bytes, has_state):
         self.shard = shard
         self.path = os.path.join(dest, "." + shard.name + PART_SUFFIX)
         self.state_path = os.path.join(dest, "." + shard.name + STATE_SUFFIX)
@@ -316,12 +367,14 @@ class _Partial(object):
         self.total = None
         self.resumed_from = 0
         self.received = 0
+        # Whether a state file may exist: saves a failing open and two failing unlinks per shard.
+        self.has_state = has_state
 
     def resume_offset(self, buffer_size):
         """The offset to continue from: this process's progress, else the durable part a previous run left."""
         if self.fd is not None:
             return self.offset if self.validator else 0
-        state = self._read_state()
+        state = self._read_state() if self.has_state else None
         if not state:
             return 0
         try:
@@ -369,7 +422,7 @@ class _Partial(object):
     def restart(self, validator, total):
         """Empty the part file to receive the shard from its first byte."""
         try:
-            _unlink_quietly(self.state_path)
+            self._drop_state()
             if self.fd is None:
                 self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             else:
@@ -417,12 +470,21 @@ class _Partial(object):
             with open(temp, "w") as handle:
                 json.dump(state, handle)
             os.replace(temp, self.state_path)
+            self.has_state = True
         except OSError as exc:
             raise _LocalError("cannot record progress of %s: %s" % (self.path, exc.strerror))
         self.durable = self.offset
 
-    def commit(self):
-        """Check size and sha256, make the file durable, and rename it to its final name."""
+    def _drop_state(self):
+        if self.has_state:
+            _unlink_quietly(self.state_path)
+            self.has_state = False
+
+    def complete(self, sync):
+        """Check size and sha256 and close the part file, fsyncing it first when `sync`; return (size, mtime_ns, sha256).
+
+        Without `sync` the part is not yet durable: the caller must make it so (group commit) before publish().
+        """
         shard = self.shard
         if shard.size is not None and self.offset != shard.size:
             raise _ChecksumError("received %d bytes, expected %d" % (self.offset, shard.size))
@@ -430,17 +492,26 @@ class _Partial(object):
         if shard.sha256 is not None and digest != shard.sha256:
             raise _ChecksumError("sha256 is %s, expected %s" % (digest, shard.sha256))
         try:
-            os.fsync(self.fd)
+            if sync:
+                os.fsync(self.fd)
             info = os.fstat(self.fd)
             os.close(self.fd)
             self.fd = None
-            _unlink_quietly(self.state_path)
-            # The directory is fsynced once per journal save (group commit), before the journal lists the shard:
-            # a rename lost in a crash leaves a shard the journal does not know, which a re-run verifies or fetches.
+        except OSError as exc:
+            raise _LocalError("cannot finish %s: %s" % (self.path, exc.strerror))
+        return info.st_size, info.st_mtime_ns, digest
+
+    def publish(self):
+        """Rename the complete, verified and durable part file to its final name.
+
+        The directory is fsynced after this and before the journal lists the shard: a rename lost in a crash
+        leaves a whole shard the journal does not know, which a re-run confirms by its hash or fetches again.
+        """
+        try:
+            self._drop_state()
             os.replace(self.path, self.final_path)
         except OSError as exc:
             raise _LocalError("cannot finish %s: %s" % (self.final_path, exc.strerror))
-        return info.st_size, info.st_mtime_ns, digest
 
     def _hash_from_disk(self):
         hasher = hashlib.sha256()
@@ -546,12 +617,14 @@ class _Connections(object):
 
 class _Outcome(object):
     __slots__ = ("kind", "shard", "size", "mtime_ns", "sha256", "validator", "reason", "received",
-                 "resumed", "hashed", "repaired", "forget")
+                 "resumed", "hashed", "repaired", "forget", "part")
 
     def __init__(self, kind, shard, received=0):
         self.kind = kind
         self.shard = shard
         self.received = received
+        # A fetched shard whose part file still has to be made durable and published (group commit).
+        self.part = None
         self.size = self.mtime_ns = self.sha256 = self.validator = self.reason = None
         self.resumed = self.hashed = self.repaired = self.forget = False
 
@@ -572,6 +645,10 @@ class _Transfer(object):
         self.buffer_size = buffer_size
         self.checkpoint_bytes = checkpoint_bytes
         self.check_mode = check_mode
+        # Shards of up to this many bytes are left to the run's group commit; -1: every shard is fsynced alone.
+        self.group_commit_bytes = -1
+        # Names whose .part.state file the scan found (only these can be resumed).
+        self.states = frozenset()
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
         self._ssl = None
@@ -617,7 +694,7 @@ class _Transfer(object):
             return None
 
     def _fetch(self, shard):
-        part = _Partial(self.dest, shard, self.checkpoint_bytes)
+        part = _Partial(self.dest, shard, self.checkpoint_bytes, shard.name in self.states)
         is_file = urlsplit(shard.url).scheme == "file"
         attempt = mismatches = 0
         try:
@@ -648,7 +725,12 @@ class _Transfer(object):
     def _finish(self, shard, part):
         resumed = part.resumed_from > 0
         outcome = _Outcome("fetched", shard, part.received)
-        outcome.size, outcome.mtime_ns, outcome.sha256 = part.commit()
+        grouped = part.offset <= self.group_commit_bytes
+        outcome.size, outcome.mtime_ns, outcome.sha256 = part.complete(sync=not grouped)
+        if grouped:
+            outcome.part = part
+        else:
+            part.publish()
         outcome.validator = part.validator
         outcome.resumed = resumed
         return outcome
@@ -821,6 +903,70 @@ class _Transfer(object):
                 return
 
 
+class _GroupCommit(object):
+    """Fetched small shards waiting to be made durable together: one syncfs(2) for the batch, then their renames;
+    then they are handed back for the journal, whose every save fsyncs the directory first.
+
+    Crash points: before the syncfs or before a rename, a shard is still a hidden part file, which a re-run
+    fetches again; after its rename it is whole and durable under its final name but not yet journaled, so a
+    re-run confirms it by its sha256 (or fetches it again when there is none). Nothing is ever visible under
+    its final name before it is durable, and nothing is journaled before its rename is.
+    """
+
+    # Commit early when this much is waiting, so one syncfs never has to write back an unbounded amount.
+    MAX_PENDING_BYTES = 256 * MIB
+
+    def __init__(self, dest, syncfs, interval):
+        self.syncfs = syncfs
+        self.interval = interval
+        self.pending = []
+        self.pending_bytes = 0
+        self.deadline = None
+        # Opened before any shard is written: syncfs through it reports writeback errors since this point.
+        self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+
+    def close(self):
+        os.close(self.fd)
+
+    def add(self, outcome):
+        if not self.pending:
+            self.deadline = time.monotonic() + self.interval
+        self.pending.append(outcome)
+        self.pending_bytes += outcome.size
+
+    def seconds_left(self):
+        return max(0.0, self.deadline - time.monotonic()) if self.pending else None
+
+    def due(self, finished):
+        return bool(self.pending) and (finished or self.pending_bytes >= self.MAX_PENDING_BYTES or time.monotonic() >= self.deadline)
+
+    def commit(self):
+        """Make the pending shards durable and publish them; return their outcomes (failures for those that could not be)."""
+        batch, self.pending, self.pending_bytes = self.pending, [], 0
+        try:
+            self.syncfs(self.fd)
+        except OSError as exc:
+            for outcome in batch:
+                outcome.part.discard()
+            return [self._failed(outcome, "cannot make %s durable (syncfs): %s" % (outcome.part.path, _describe(exc))) for outcome in batch]
+        results = []
+        for outcome in batch:
+            try:
+                outcome.part.publish()
+                outcome.part = None
+                results.append(outcome)
+            except _LocalError as exc:
+                outcome.part.discard()
+                results.append(self._failed(outcome, str(exc)))
+        return results
+
+    @staticmethod
+    def _failed(outcome, reason):
+        failure = _Transfer._failure(outcome.shard, reason, outcome.received)
+        failure.hashed, failure.repaired = outcome.hashed, outcome.repaired
+        return failure
+
+
 # ---------------------------------------------------------------------------------------------
 # One run
 # ---------------------------------------------------------------------------------------------
@@ -844,7 +990,8 @@ def nearest_existing(path):
     return path
 
 
-def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size):
+def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
+                    group_commit_bytes, commit_interval):
     problems = []
     if not isinstance(concurrency, int) or not 1 <= concurrency <= 256:
         problems.append("concurrency must be between 1 and 256, got %r" % (concurrency,))
@@ -858,6 +1005,9 @@ def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, back
         problems.append("verify must be one of %s, got %r" % (", ".join(VERIFY_CHOICES), verify))
     if backoff < 0 or journal_interval <= 0 or checkpoint_bytes <= 0 or buffer_size < 4096:
         problems.append("backoff must be >= 0, journal_interval and checkpoint_bytes > 0, buffer_size >= 4096")
+    if not isinstance(group_commit_bytes, int) or group_commit_bytes < 0 or not commit_interval or commit_interval <= 0:
+        problems.append("group_commit_bytes must be >= 0 (0: fsync every shard alone) and commit_interval > 0, got %r and %r"
+                        % (group_commit_bytes, commit_interval))
     if problems:
         raise StagingError("; ".join(problems))
 
@@ -994,6 +1144,27 @@ class _Run(object):
         if not tasks:
             return
         started = time.monotonic()
+        group = self._group_commit()
+        try:
+            self._run_workers(tasks, group)
+        finally:
+            if group is not None:
+                group.close()
+                self.transfer.group_commit_bytes = -1
+        self.fetch_seconds = time.monotonic() - started
+
+    def _group_commit(self):
+        """A _GroupCommit for this run's small shards, or None: every shard is then fsynced on its own."""
+        if self.check_mode or not self.settings["group_commit_bytes"]:
+            return None
+        syncfs = _trusted_syncfs(self.dest)
+        if syncfs is None:
+            return None
+        group = _GroupCommit(self.dest, syncfs, self.settings["commit_interval"])
+        self.transfer.group_commit_bytes = self.settings["group_commit_bytes"]
+        return group
+
+    def _run_workers(self, tasks, group):
         todo, done = queue.Queue(), queue.Queue()
         for task in tasks:
             todo.put(task)
@@ -1005,20 +1176,28 @@ class _Run(object):
         interval = self.settings["journal_interval"]
         next_save = time.monotonic() + interval
         remaining = len(tasks)
-        while remaining:
-            try:
-                outcome = done.get(timeout=interval)
-            except queue.Empty:
-                outcome = None
+        while remaining or (group is not None and group.pending):
+            wait = interval if group is None or not group.pending else min(interval, group.seconds_left())
+            outcome = None
+            if remaining:
+                try:
+                    outcome = done.get(timeout=wait) if wait > 0 else done.get_nowait()
+                except queue.Empty:
+                    pass
             if outcome is not None:
-                self._apply(outcome)
                 remaining -= 1
+                if outcome.part is not None:
+                    group.add(outcome)
+                else:
+                    self._apply(outcome)
+            if group is not None and group.due(finished=not remaining):
+                for committed in group.commit():
+                    self._apply(committed)
             if not self.check_mode and self.journal.dirty and time.monotonic() >= next_save:
                 self._save_journal(during_run=True)
                 next_save = time.monotonic() + interval
         for worker in workers:
             worker.join()
-        self.fetch_seconds = time.monotonic() - started
 
     def _work(self, todo, done):
         transfer = self.transfer
@@ -1158,22 +1337,25 @@ class _Run(object):
 
 def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
-          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20):
+          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2):
     """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
 
     Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
     space or a concurrent run. Per-shard failures do not raise: they are listed in result["failed_shards"]
     and the other shards are still staged; prune then does nothing. check_mode only reads (and hashes
-    where verification is due) and reports what a real run would do.
+    where verification is due) and reports what a real run would do. Shards of up to group_commit_bytes are made
+    durable in batches (at most commit_interval seconds apart) with one syncfs(2) each where that can be trusted.
     """
     started = time.monotonic()
-    _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size)
+    _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
+                    group_commit_bytes, commit_interval)
     shards = normalize_shards(shards)
     dest = os.path.abspath(dest)
     journal_path = os.path.abspath(journal) if journal else os.path.join(dest, JOURNAL_NAME)
     settings = dict(concurrency=concurrency, retries=retries, timeout=timeout, bandwidth_limit=bandwidth_limit,
                     check_mode=check_mode, backoff=backoff, backoff_max=backoff_max, journal_interval=journal_interval,
-                    checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit)
+                    checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit,
+                    group_commit_bytes=group_commit_bytes, commit_interval=commit_interval)
     run = _Run(shards, dest, journal_path, settings)
     run.prepare_dest()
     if check_mode:
@@ -1185,6 +1367,7 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
 def _stage_locked(run, verify, prune, started):
     run.load_journal()
     files, partials, states = run.scan()
+    run.transfer.states = frozenset(states)
     tasks = run.plan(files, verify)
     run.check_space(tasks, partials)
     run.execute(tasks)
