@@ -1,0 +1,526 @@
+#!/usr/bin/python3
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""TEST DOUBLE of the `microk8s` command, for the microk8s molecule scenario only.
+
+The snap test double installs this file as /snap/bin/microk8s when the role installs the microk8s snap. It runs no
+Kubernetes: it keeps each cluster's state (nodes, join tokens, addons, applied objects) in one JSON file on a
+Docker volume mounted by every container of the scenario (/srv/microk8s-test-double), under an exclusive file
+lock, so that `add-node` on one container and `join` on another really meet. It honours MicroK8s' CLI contract and
+output formats (taken from MicroK8s' wrappers: status.py, add_token.py, join.py):
+
+  status [--format yaml|short|pretty] [--wait-ready] [--timeout N]
+  add-node [--token T (>= 32 chars)] [--token-ttl SECONDS] [--format pretty|short|token|token-check|json|yaml]
+  join IP:PORT/TOKEN[/CHECK] [--worker] | leave | remove-node NAME [--force]
+  enable ADDON [ARGS...] | disable ADDON | config
+  kubectl get nodes|node [NAME] -o json | kubectl get KIND NAME -n NS -o json
+  kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE
+
+A worker (joined with --worker, marked by /var/snap/microk8s/current/var/lock/clustered.lock as in MicroK8s)
+refuses the cluster-wide commands, as the real one does. Every join token ever issued is kept in the state's
+`token_history` so the scenario's verify can prove none reached Ansible's output.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+
+SHARED = "/srv/microk8s-test-double"
+STATE = SHARED + "/cluster.json"
+LOCAL = "/var/snap/microk8s/current"
+WORKER_LOCK = LOCAL + "/var/lock/clustered.lock"
+CLUSTER_ID = LOCAL + "/var/test-double-cluster-id"
+PORT = 25000
+# The core repository's addons this double knows: name -> description. Enabled on a fresh node as in 1.28+.
+ADDONS = {
+    "cert-manager": "Cloud native certificate management",
+    "dashboard": "The Kubernetes dashboard",
+    "dns": "CoreDNS",
+    "ha-cluster": "Configure high availability on the current node",
+    "helm": "Helm - the package manager for Kubernetes",
+    "helm3": "Helm 3 - the package manager for Kubernetes",
+    "hostpath-storage": "Storage class; allocates storage from host directory",
+    "ingress": "Ingress controller for external access",
+    "metallb": "Loadbalancer for your Kubernetes cluster",
+    "metrics-server": "K8s Metrics Server for API access to service metrics",
+    "nvidia": "NVIDIA hardware (GPU and network) support",
+    "observability": "A lightweight observability stack for logs, traces and metrics",
+    "rbac": "Role-Based Access Control for authorisation",
+    "registry": "Private image registry exposed on localhost:32000",
+}
+DEFAULT_ENABLED = ("dns", "ha-cluster", "helm", "helm3")
+NVIDIA_DRIVER_CHOICES = ("auto", "operator", "host")
+NOT_ON_WORKER = ("This MicroK8s deployment is acting as a node in a cluster. "
+                 "Please use the microk8s %s on the master.")
+
+
+def out(text=""):
+    sys.stdout.write(text + "\n")
+
+
+def die(message, code=1):
+    sys.stdout.write(message + "\n")
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def cluster_state():
+    """The shared state, locked for the whole command and written back at the end."""
+    os.makedirs(SHARED, exist_ok=True)
+    with open(SHARED + "/.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(STATE) as handle:
+                state = json.load(handle)
+        except FileNotFoundError:
+            state = {"clusters": {}}
+        yield state
+        with open(STATE + ".tmp", "w") as handle:
+            json.dump(state, handle, indent=1, sort_keys=True)
+        os.replace(STATE + ".tmp", STATE)
+
+
+def node_name():
+    return socket.gethostname().lower()
+
+
+def node_address():
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the default route's source
+        return probe.getsockname()[0]
+    finally:
+        probe.close()
+
+
+def snap_version():
+    with open("/snap/microk8s/current/meta/snap.yaml") as handle:
+        return re.search(r"^version: *(\S+)", handle.read(), re.MULTILINE).group(1)
+
+
+def new_node(role):
+    labels = {
+        "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": node_name(), "kubernetes.io/os": "linux", "microk8s.io/cluster": "true",
+        "node.kubernetes.io/microk8s-%s" % role: "microk8s-%s" % role,
+    }
+    return {"address": node_address(), "role": role, "labels": labels, "ready": True, "version": snap_version(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def local_cluster(state):
+    """This node's cluster; a fresh install is a one-node cluster of its own, as MicroK8s is."""
+    cluster_id = None
+    if os.path.exists(CLUSTER_ID):
+        with open(CLUSTER_ID) as handle:
+            cluster_id = handle.read().strip()
+    if cluster_id not in state["clusters"]:
+        cluster_id = start_standalone(state)
+    return cluster_id, state["clusters"][cluster_id]
+
+
+def start_standalone(state):
+    cluster_id = hashlib.sha256(("%s-%s" % (node_name(), time.time())).encode()).hexdigest()[:16]
+    state["clusters"][cluster_id] = {
+        "ca_check": hashlib.sha256(cluster_id.encode()).hexdigest()[:12],
+        "nodes": {node_name(): new_node("controlplane")}, "voters": [node_name()],
+        "tokens": {}, "token_history": [],
+        "addons": {name: {"status": "enabled", "args": []} for name in DEFAULT_ENABLED},
+        "objects": {},
+    }
+    os.makedirs(os.path.dirname(CLUSTER_ID), exist_ok=True)
+    with open(CLUSTER_ID, "w") as handle:
+        handle.write(cluster_id)
+    return cluster_id
+
+
+def refuse_on_worker(command):
+    if os.path.exists(WORKER_LOCK):
+        die(NOT_ON_WORKER % command)
+
+
+def take(args, *names, default=None):
+    for name in names:
+        for index, arg in enumerate(args):
+            if arg == name:
+                value = args[index + 1]
+                del args[index:index + 2]
+                return value
+            if arg.startswith(name + "="):
+                del args[index]
+                return arg.split("=", 1)[1]
+    return default
+
+
+def flag(args, *names):
+    found = False
+    for name in names:
+        while name in args:
+            args.remove(name)
+            found = True
+    return found
+
+
+# ---- status ------------------------------------------------------------------------------------------------
+
+def ha_nodes(cluster):
+    """(address, role) per control-plane node, as dqlite reports them: three voters, the rest standby."""
+    rows = []
+    for name in cluster["voters"]:
+        node = cluster["nodes"].get(name)
+        if node:
+            role = "voter" if len(rows) < 3 else "standby"
+            rows.append(("%s:19001" % node["address"], role))
+    return rows
+
+
+def cmd_status(args):
+    refuse_on_worker("status")
+    fmt = take(args, "--format", default="pretty")
+    flag(args, "--wait-ready", "-w", "--yaml")
+    take(args, "--timeout", "-t")
+    with cluster_state() as state:
+        _, cluster = local_cluster(state)
+    rows = ha_nodes(cluster)
+    ha = sum(1 for _, role in rows if role == "voter") >= 3
+    addons = sorted(ADDONS)
+    enabled = [name for name in addons if cluster["addons"].get(name, {}).get("status") == "enabled"]
+    if fmt == "yaml":
+        out("microk8s:\n  running: True\nhigh-availability:\n  enabled: %s\n  nodes:" % ha)
+        for address, role in rows:
+            out("    - address: %s\n      role: %s" % (address, role))
+        out("addons:")
+        for name in addons:
+            out("  - name: %s\n    repository: core\n    description: %s\n    version: %s\n    status: %s"
+                % (name, ADDONS[name], "", "enabled" if name in enabled else "disabled"))
+    elif fmt == "short":
+        out("microk8s is running\naddons:")
+        for name in addons:
+            out("core/%s: %s" % (name, "enabled" if name in enabled else "disabled"))
+    else:
+        out("microk8s is running\nhigh-availability: %s" % ("yes" if ha else "no"))
+        out("  datastore master nodes: %s" % " ".join(a for a, r in rows if r == "voter"))
+        out("  datastore standby nodes: %s" % (" ".join(a for a, r in rows if r != "voter") or "none"))
+        out("addons:\n  enabled:")
+        for name in enabled:
+            out("    %-20s # (core) %s" % (name, ADDONS[name]))
+        out("  disabled:")
+        for name in addons:
+            if name not in enabled:
+                out("    %-20s # (core) %s" % (name, ADDONS[name]))
+
+
+# ---- addons ------------------------------------------------------------------------------------------------
+
+def split_addons(args):
+    """`enable a b:x c --flag v` -> [(a, []), (b, ['x']), (c, ['--flag', 'v'])]: arguments follow their addon."""
+    result = []
+    for arg in args:
+        if arg.startswith("-") and result:
+            result[-1][1].append(arg)
+        elif result and result[-1][1] and result[-1][1][-1].startswith("--") and "=" not in result[-1][1][-1] \
+                and arg not in ADDONS:
+            result[-1][1].append(arg)
+        else:
+            name, _, colon_args = arg.partition(":")
+            result.append((name, [colon_args] if colon_args else []))
+    return result
+
+
+def check_addon_args(name, addon_args):
+    if name == "nvidia":
+        rest = list(addon_args)
+        driver = take(rest, "--gpu-operator-driver", default="auto")
+        take(rest, "--gpu-operator-version")
+        flag(rest, "--gpu-operator", "--no-network-operator", "--network-operator")
+        if driver not in NVIDIA_DRIVER_CHOICES:
+            die("Error: Invalid value for '--gpu-operator-driver': '%s' is not one of %s."
+                % (driver, ", ".join("'%s'" % c for c in NVIDIA_DRIVER_CHOICES)), 2)
+        if rest:
+            die("Error: No such option: %s" % rest[0], 2)
+    elif name == "hostpath-storage" and addon_args:
+        die("Error: hostpath-storage takes no arguments here: %s" % " ".join(addon_args), 2)
+
+
+def cmd_enable(args, enable=True):
+    refuse_on_worker("enable" if enable else "disable")
+    requested = split_addons(args)
+    if not requested:
+        die("Usage: microk8s %s [OPTIONS] ADDONS..." % ("enable" if enable else "disable"), 2)
+    with cluster_state() as state:
+        _, cluster = local_cluster(state)
+        for name, addon_args in requested:
+            if name not in ADDONS:
+                die("Addon %s was not found in any repository" % name)
+            if enable:
+                check_addon_args(name, addon_args)
+            current = cluster["addons"].get(name, {}).get("status", "disabled")
+            wanted = "enabled" if enable else "disabled"
+            out("Infer repository core for addon %s" % name)
+            if current == wanted:
+                out("Addon core/%s is already %s" % (name, wanted))
+                continue
+            cluster["addons"][name] = {"status": wanted, "args": addon_args if enable else []}
+            out("Addon core/%s is %s" % (name, wanted) if not enable else "Addon core/%s is enabled" % name)
+
+
+# ---- clustering --------------------------------------------------------------------------------------------
+
+def cmd_add_node(args):
+    refuse_on_worker("add-node")
+    token = take(args, "--token", "-t")
+    ttl = int(take(args, "--token-ttl", "-l", default="-1"))
+    fmt = take(args, "--format", default="pretty")
+    if fmt not in ("pretty", "short", "token", "token-check", "json", "yaml"):
+        die("microk8s add-node: error: argument --format: invalid choice: '%s'" % fmt, 2)
+    if token is None:
+        token = hashlib.sha256(str(time.time()).encode()).hexdigest()[:32]
+    if len(token) < 32:
+        die("Invalid token size.  It must be 32 characters long.")
+    with cluster_state() as state:
+        _, cluster = local_cluster(state)
+        cluster["tokens"][token] = -1 if ttl == -1 else int(time.time()) + ttl
+        if token not in cluster["token_history"]:
+            cluster["token_history"].append(token)
+        check = cluster["ca_check"]
+    ip = node_address()
+    url = "%s:%d/%s/%s" % (ip, PORT, token, check)
+    if fmt == "json":
+        out(json.dumps({"token": "%s/%s" % (token, check), "urls": [url]}, indent=2))
+    elif fmt == "yaml":
+        out("token: %s/%s\nurls:\n- %s" % (token, check, url))
+    elif fmt == "short":
+        out("microk8s join %s" % url)
+    elif fmt == "token-check":
+        out("%s/%s" % (token, check))
+    elif fmt == "token":
+        out(token)
+    else:
+        out("From the node you wish to join to this cluster, run the following:\nmicrok8s join %s\n" % url)
+        out("Use the '--worker' flag to join a node as a worker not running the control plane, eg:")
+        out("microk8s join %s --worker\n" % url)
+
+
+def cmd_join(args):
+    worker = flag(args, "--worker")
+    flag(args, "--skip-verify", "--controlplane")
+    if len(args) != 1:
+        die("Usage: microk8s join [OPTIONS] CONNECTION", 2)
+    match = re.match(r"^([0-9.]+):(\d+)/([^/]+)(?:/([0-9a-f]+))?$", args[0])
+    if not match:
+        die("Invalid connection string %s" % args[0], 2)
+    ip, _, token, check = match.groups()
+    if os.path.exists(WORKER_LOCK):
+        die("The node is already a worker of a cluster; run 'microk8s leave' first.")
+    with cluster_state() as state:
+        own_id, own = local_cluster(state)
+        target_id = next((cid for cid, c in state["clusters"].items()
+                          if cid != own_id and any(n["address"] == ip and n["role"] == "controlplane" and n["ready"]
+                                                   for n in c["nodes"].values())), None)
+        out("Contacting cluster at %s" % ip)
+        if target_id is None:
+            if any(n["address"] == ip for n in own["nodes"].values()):
+                die("Error: this node is already part of the cluster at %s" % ip)
+            die("Connection failed. The joining node (%s) cannot reach %s:%s." % (node_address(), ip, PORT))
+        target = state["clusters"][target_id]
+        expiry = target["tokens"].get(token)
+        if expiry is None or (expiry != -1 and expiry < time.time()):
+            die("Connection failed. Invalid token (500).")
+        if check and check != target["ca_check"]:
+            die("Connection failed. The hostname (%s) of the joining node does not match the cluster certificate "
+                "check %s." % (node_name(), check))
+        if len(own["nodes"]) > 1:
+            die("Error: this node is a member of another cluster with %d nodes; leave it first." % len(own["nodes"]))
+        if expiry == -1:
+            del target["tokens"][token]
+        del state["clusters"][own_id]
+        role = "worker" if worker else "controlplane"
+        target["nodes"][node_name()] = new_node(role)
+        if not worker and node_name() not in target["voters"]:
+            target["voters"].append(node_name())
+        with open(CLUSTER_ID, "w") as handle:
+            handle.write(target_id)
+    if worker:
+        os.makedirs(os.path.dirname(WORKER_LOCK), exist_ok=True)
+        open(WORKER_LOCK, "w").close()
+        out("The node has joined the cluster and will appear in the nodes list in a few seconds.")
+    else:
+        out("Waiting for this node to finish joining the cluster. .. .. ..\nSuccessfully joined the cluster.")
+
+
+def cmd_leave(args):
+    with cluster_state() as state:
+        own_id, own = local_cluster(state)
+        if len(own["nodes"]) <= 1 and node_name() in own["nodes"]:
+            die("This node is not part of a cluster.")
+        if node_name() in own["nodes"]:
+            own["nodes"][node_name()]["ready"] = False  # listed NotReady until remove-node on a control plane
+        if node_name() in own["voters"]:
+            own["voters"].remove(node_name())
+        if os.path.exists(WORKER_LOCK):
+            os.unlink(WORKER_LOCK)
+        os.unlink(CLUSTER_ID)
+        start_standalone(state)
+    out("Generating new cluster certificates.\nWaiting for node to start.")
+
+
+def cmd_remove_node(args):
+    refuse_on_worker("remove-node")
+    force = flag(args, "--force")
+    name = args[0]
+    with cluster_state() as state:
+        _, cluster = local_cluster(state)
+        node = cluster["nodes"].get(name)
+        if node is None:
+            die("Node %s does not exist in Kubernetes." % name)
+        if node["role"] == "controlplane" and node["ready"] and not force:
+            die("Removal failed. Node %s is registered with dqlite. Please, run first 'microk8s leave' on the "
+                "departing node.\nIf the node is not available anymore and will never attempt to join the "
+                "cluster in the future use the '--force' flag." % name)
+        del cluster["nodes"][name]
+        if name in cluster["voters"]:
+            cluster["voters"].remove(name)
+
+
+def cmd_config(args):
+    refuse_on_worker("config")
+    with cluster_state() as state:
+        cluster_id, cluster = local_cluster(state)
+    first = cluster["nodes"][cluster["voters"][0]]["address"] if cluster["voters"] else node_address()
+    ca = hashlib.sha512(cluster_id.encode()).hexdigest()
+    out("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: %s\n    server: https://%s:16443\n"
+        "  name: microk8s-cluster\ncontexts:\n- context:\n    cluster: microk8s-cluster\n    user: admin\n"
+        "  name: microk8s\ncurrent-context: microk8s\nkind: Config\npreferences: {}\nusers:\n- name: admin\n"
+        "  user:\n    client-certificate-data: %s\n    client-key-data: %s"
+        % (ca, first, hashlib.sha512((ca + "cert").encode()).hexdigest(),
+           hashlib.sha512((ca + "key").encode()).hexdigest()))
+
+
+# ---- kubectl -----------------------------------------------------------------------------------------------
+
+def node_object(name, node):
+    conditions = [{"type": "Ready", "status": "True" if node["ready"] else "Unknown",
+                   "reason": "KubeletReady" if node["ready"] else "NodeStatusUnknown",
+                   "lastHeartbeatTime": node["created"], "lastTransitionTime": node["created"]}]
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": node["labels"], "creationTimestamp": node["created"],
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": node["address"]}, {"type": "Hostname", "address": name}],
+            "conditions": conditions,
+            "nodeInfo": {"kubeletVersion": node["version"], "kubeProxyVersion": node["version"],
+                         "containerRuntimeVersion": "containerd://1.7.27", "operatingSystem": "linux",
+                         "architecture": "amd64"},
+        },
+    }
+
+
+def object_key(obj):
+    namespace = obj["metadata"].get("namespace", "default") if obj["kind"] not in ("Namespace", "Node") else ""
+    return "%s/%s/%s" % (obj["kind"], namespace, obj["metadata"]["name"])
+
+
+def resource_name(obj):
+    group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+    return "%s%s/%s" % (obj["kind"].lower(), "." + group if group else "", obj["metadata"]["name"])
+
+
+def kubectl_get(args, cluster):
+    fmt = take(args, "-o", "--output", default="")
+    namespace = take(args, "-n", "--namespace", default="default")
+    if fmt != "json":
+        die("error: this test double prints only -o json", 1)
+    kind = args[0]
+    names = args[1:]
+    if kind in ("nodes", "node", "no"):
+        items = [node_object(n, cluster["nodes"][n]) for n in sorted(cluster["nodes"]) if not names or n in names]
+        missing = [n for n in names if n not in cluster["nodes"]]
+        if missing:
+            die('Error from server (NotFound): nodes "%s" not found' % missing[0])
+    else:
+        singular = {"daemonsets": "DaemonSet", "daemonset": "DaemonSet", "ds": "DaemonSet"}.get(kind, kind)
+        items = [obj for key, obj in sorted(cluster["objects"].items())
+                 if key.split("/")[0].lower() == singular.lower() and key.split("/")[1] == namespace
+                 and (not names or key.split("/")[2] in names)]
+        if names and not items:
+            die('Error from server (NotFound): %s "%s" not found' % (kind, names[0]))
+    if len(names) == 1:
+        out(json.dumps(items[0], indent=4))
+    else:
+        out(json.dumps({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}},
+                       indent=4))
+
+
+def kubectl_label(args, cluster):
+    overwrite = flag(args, "--overwrite")
+    if args[0] not in ("node", "nodes", "no"):
+        die("error: this test double labels nodes only")
+    name, changes = args[1], args[2:]
+    node = cluster["nodes"].get(name)
+    if node is None:
+        die('Error from server (NotFound): nodes "%s" not found' % name)
+    before = dict(node["labels"])
+    for change in changes:
+        if change.endswith("-"):
+            node["labels"].pop(change[:-1], None)
+            continue
+        key, _, value = change.partition("=")
+        if key in node["labels"] and node["labels"][key] != value and not overwrite:
+            node["labels"] = before
+            die("error: '%s' already has a value (%s), and --overwrite is false" % (key, before[key]))
+        node["labels"][key] = value
+    out("node/%s %s" % (name, "labeled" if node["labels"] != before else "not labeled"))
+
+
+def kubectl_apply(args, cluster):
+    import yaml  # python3-yaml, installed by the scenario's prepare
+
+    path = take(args, "-f", "--filename")
+    with open(path) as handle:
+        documents = [d for d in yaml.safe_load_all(handle) if d]
+    for obj in documents:
+        for field in ("apiVersion", "kind", "metadata"):
+            if field not in obj:
+                die("error: error validating \"%s\": error validating data: %s not set" % (path, field))
+        key = object_key(obj)
+        previous = cluster["objects"].get(key)
+        cluster["objects"][key] = obj
+        verb = "created" if previous is None else ("unchanged" if previous == obj else "configured")
+        out("%s %s" % (resource_name(obj), verb))
+
+
+def cmd_kubectl(args):
+    refuse_on_worker("kubectl")
+    verb, rest = args[0], list(args[1:])
+    handlers = {"get": kubectl_get, "label": kubectl_label, "apply": kubectl_apply}
+    if verb not in handlers:
+        die("error: this test double knows kubectl %s" % ", ".join(sorted(handlers)))
+    with cluster_state() as state:
+        _, cluster = local_cluster(state)
+        handlers[verb](rest, cluster)
+
+
+COMMANDS = {"status": cmd_status, "enable": cmd_enable, "disable": lambda a: cmd_enable(a, enable=False),
+            "add-node": cmd_add_node, "join": cmd_join, "leave": cmd_leave, "remove-node": cmd_remove_node,
+            "config": cmd_config, "kubectl": cmd_kubectl}
+
+
+def main(argv):
+    if os.geteuid() != 0:
+        die("Insufficient permissions to access MicroK8s.\nYou can either try again with sudo or add the user "
+            "to the 'microk8s' group.")
+    if not argv or argv[0] not in COMMANDS:
+        die("Available subcommands are: %s" % ", ".join(sorted(COMMANDS)), 1)
+    COMMANDS[argv[0]](list(argv[1:]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,273 @@
+#!/usr/bin/python3
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""TEST DOUBLE of the `snap` command, for the microk8s molecule scenario only.
+
+snapd does not run in the test containers and the snap store is unreachable, so prepare installs this file as
+/usr/local/bin/snap. It honours the part of snap's CLI contract the microk8s role and community.general.snap use,
+with snap's own output formats:
+
+  snap version | snap list [NAME...] | snap info NAME
+  snap install [--classic] [--channel CH | --channel=CH] NAME     (from the "store" below)
+  snap ack FILE.assert ; snap install [--classic] [--dangerous] ./NAME_REV.snap   (offline)
+  snap refresh --hold[=DURATION] NAME | snap refresh --unhold NAME | snap refresh [--channel CH] NAME
+
+Installing microk8s copies the microk8s test double (test_double_microk8s.py, placed by prepare under
+/usr/local/lib/test-double/) to /snap/microk8s/<rev>/ and links /snap/bin/microk8s, as snapd would, and creates
+the `microk8s` group like the snap's install hook. State lives in /var/lib/snapd/test-double-state.json.
+"""
+
+import base64
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+STATE = "/var/lib/snapd/test-double-state.json"
+PAYLOAD = "/usr/local/lib/test-double/microk8s"
+# The store's microk8s tracks this double serves: channel -> (version, revision).
+STORE = {
+    "microk8s": {
+        "1.31/stable": ("v1.31.9", 7979),
+        "1.32/stable": ("v1.32.3", 8148),
+        "1.33/stable": ("v1.33.4", 8373),
+        "latest/stable": ("v1.33.4", 8373),
+    },
+}
+CLASSIC = {"microk8s"}
+
+
+def load():
+    try:
+        with open(STATE) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return {"snaps": {}, "acks": []}
+
+
+def save(state):
+    os.makedirs(os.path.dirname(STATE), exist_ok=True)
+    with open(STATE + ".tmp", "w") as handle:
+        json.dump(state, handle, indent=1, sort_keys=True)
+    os.replace(STATE + ".tmp", STATE)
+
+
+def fail(message, code=1):
+    sys.stderr.write("error: %s\n" % message)
+    sys.exit(code)
+
+
+def option(args, name):
+    """Pop `--name VALUE` or `--name=VALUE` from args; None when absent."""
+    for index, arg in enumerate(args):
+        if arg == name:
+            value = args[index + 1]
+            del args[index:index + 2]
+            return value
+        if arg.startswith(name + "="):
+            del args[index]
+            return arg.split("=", 1)[1]
+    return None
+
+
+def flag(args, name):
+    if name in args:
+        args.remove(name)
+        return True
+    return False
+
+
+def place_payload(name, version, revision):
+    """What snapd does on install: the snap's files under /snap/NAME/REV, `current`, and the /snap/bin command."""
+    root = "/snap/%s/%s" % (name, revision)
+    os.makedirs(root + "/meta", exist_ok=True)
+    with open(root + "/meta/snap.yaml", "w") as handle:
+        handle.write("name: %s\nversion: %s\nconfinement: classic\n" % (name, version))
+    shutil.copy(PAYLOAD, root + "/microk8s")
+    os.chmod(root + "/microk8s", 0o755)
+    current = "/snap/%s/current" % name
+    if os.path.islink(current):
+        os.unlink(current)
+    os.symlink(str(revision), current)
+    os.makedirs("/snap/bin", exist_ok=True)
+    if not os.path.lexists("/snap/bin/microk8s"):
+        os.symlink(current + "/microk8s", "/snap/bin/microk8s")
+    os.makedirs("/var/snap/%s/current" % name, exist_ok=True)
+    # The microk8s snap's install hook creates the group that may run it without sudo.
+    subprocess.run(["groupadd", "--force", "--system", name], check=True)
+
+
+def notes(snap):
+    listed = [note for note in ("classic", "held") if snap.get(note)]
+    return ",".join(listed) or "-"
+
+
+def cmd_version(args):
+    print("snap    2.66.1\nsnapd   2.66.1\nseries  16\ndebian  12\nkernel  %s" % os.uname().release)
+
+
+def cmd_list(args):
+    snaps = load()["snaps"]
+    names = args or sorted(snaps)
+    missing = [name for name in names if name not in snaps]
+    if args and missing:
+        fail("no matching snaps installed")
+    if not names:
+        sys.stderr.write("No snaps are installed yet. Try 'snap install hello-world'.\n")
+        return
+    rows = [("Name", "Version", "Rev", "Tracking", "Publisher", "Notes")]
+    for name in names:
+        snap = snaps[name]
+        rows.append((name, snap["version"], str(snap["revision"]), snap["channel"] or "-", "canonical\u2713", notes(snap)))
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+
+
+def cmd_info(args):
+    name = args[0]
+    if name not in STORE:
+        sys.stderr.write('warning: no snap found for "%s"\n' % name)
+        sys.exit(1)
+    snap = load()["snaps"].get(name)
+    print("name:      %s\nsummary:   Kubernetes for workstations and appliances\npublisher: Canonical\u2713" % name)
+    print("license:   Apache-2.0\ndescription: |\n  MicroK8s is a small, fast, secure, certified Kubernetes distribution.")
+    if snap:
+        print("tracking:     %s\ninstalled:    %s (%s) classic" % (snap["channel"], snap["version"], snap["revision"]))
+    print("channels:")
+    for channel, (version, revision) in sorted(STORE[name].items()):
+        print("  %-15s %s %s (%s) classic" % (channel + ":", version, "2025-01-01", revision))
+
+
+def assertion_headers(text):
+    """Every `key: value` header of every assertion in a .assert file (assertions separated by blank lines)."""
+    headers = []
+    for block in re.split(r"\n\s*\n", text):
+        pairs = dict(re.findall(r"^([a-z0-9-]+): *(.*)$", block, re.MULTILINE))
+        if "type" in pairs:
+            headers.append(pairs)
+    return headers
+
+
+def cmd_ack(args):
+    try:
+        with open(args[0]) as handle:
+            headers = assertion_headers(handle.read())
+    except OSError as exc:
+        fail("cannot read assertion file: %s" % exc)
+    if not headers:
+        fail("cannot assert: assertion file has no assertions")
+    state = load()
+    for pairs in headers:
+        if pairs not in state["acks"]:
+            state["acks"].append(pairs)
+    save(state)
+
+
+def install_file(path, classic, dangerous):
+    with open(path, "rb") as handle:
+        digest = base64.urlsafe_b64encode(hashlib.sha3_384(handle.read()).digest()).decode().rstrip("=")
+    state = load()
+    revision = next((a for a in state["acks"] if a["type"] == "snap-revision" and a.get("snap-sha3-384") == digest), None)
+    if revision is None and not dangerous:
+        fail('cannot find signatures with metadata for snap "%s"' % path)
+    declaration = next((a for a in state["acks"] if a["type"] == "snap-declaration"
+                        and revision and a.get("snap-id") == revision.get("snap-id")), None)
+    name = declaration["snap-name"] if declaration else os.path.basename(path).split("_")[0]
+    if name in CLASSIC and not classic:
+        fail('snap "%s" requires classic confinement; use --classic' % name)
+    rev = revision["snap-revision"] if revision else "x1"
+    versions = [v for v, r in STORE.get(name, {}).values() if str(r) == str(rev)]
+    version = versions[0] if versions else "v0"
+    place_payload(name, version, rev)
+    state["snaps"][name] = {"version": version, "revision": rev, "channel": "", "classic": classic,
+                            "held": state["snaps"].get(name, {}).get("held", False)}
+    save(state)
+    print("%s %s installed" % (name, version))
+
+
+def cmd_install(args):
+    classic = flag(args, "--classic")
+    dangerous = flag(args, "--dangerous")
+    channel = option(args, "--channel") or "latest/stable"
+    if len(args) != 1:
+        fail("the install command takes one snap here")
+    name = args[0]
+    if name.endswith(".snap"):
+        return install_file(name, classic, dangerous)
+    if "/" not in channel:
+        channel = "latest/" + channel
+    state = load()
+    if name in state["snaps"]:
+        print('snap "%s" is already installed, see \'snap help refresh\'' % name)
+        return
+    if name not in STORE:
+        fail('snap "%s" not found' % name)
+    if channel not in STORE[name]:
+        fail('requested a non-existing branch on %s for snap "%s"' % (channel, name))
+    if name in CLASSIC and not classic:
+        fail('This revision of snap "%s" was published using classic confinement and thus may perform\n'
+             "       arbitrary system changes outside of the security sandbox that snaps are\n"
+             "       usually confined to, which may put your system at risk.\n\n"
+             "       If you understand and want to proceed repeat the command including --classic." % name)
+    version, revision = STORE[name][channel]
+    place_payload(name, version, revision)
+    state["snaps"][name] = {"version": version, "revision": revision, "channel": channel, "classic": classic, "held": False}
+    save(state)
+    print("%s (%s) %s from Canonical\u2713 installed" % (name, channel, version))
+
+
+def cmd_refresh(args):
+    # --hold takes its duration only as --hold=DURATION (an optional value), never from the next argument.
+    hold = "forever" if flag(args, "--hold") else next((a.split("=", 1)[1] for a in args if a.startswith("--hold=")), None)
+    args[:] = [a for a in args if not a.startswith("--hold=")]
+    unhold = flag(args, "--unhold")
+    channel = option(args, "--channel")
+    state = load()
+    for name in args:
+        if name not in state["snaps"]:
+            fail('snap "%s" is not installed' % name)
+    if hold is not None:
+        for name in args:
+            state["snaps"][name]["held"] = True
+            if hold in ("forever", ""):
+                print('General refreshes of "%s" held indefinitely' % name)
+            else:
+                until = datetime.datetime.now() + datetime.timedelta(hours=int(hold.rstrip("h")))
+                print('General refreshes of "%s" held until %s' % (name, until.isoformat(timespec="seconds")))
+    elif unhold:
+        for name in args:
+            state["snaps"][name]["held"] = False
+            print('Removed general refresh hold of "%s"' % name)
+    else:
+        for name in args:
+            snap = state["snaps"][name]
+            target = channel or snap["channel"]
+            if target not in STORE[name]:
+                fail('requested a non-existing branch on %s for snap "%s"' % (target, name))
+            version, revision = STORE[name][target]
+            if (version, revision) == (snap["version"], snap["revision"]) and target == snap["channel"]:
+                print('snap "%s" has no updates available' % name)
+                continue
+            place_payload(name, version, revision)
+            snap.update(version=version, revision=revision, channel=target)
+            print("%s (%s) %s from Canonical\u2713 refreshed" % (name, target, version))
+    save(state)
+
+
+COMMANDS = {"version": cmd_version, "list": cmd_list, "info": cmd_info, "ack": cmd_ack,
+            "install": cmd_install, "refresh": cmd_refresh}
+
+
+def main(argv):
+    if not argv or argv[0] not in COMMANDS:
+        fail('unknown command %r; this test double knows %s' % (argv[:1], ", ".join(sorted(COMMANDS))), 64)
+    COMMANDS[argv[0]](list(argv[1:]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
