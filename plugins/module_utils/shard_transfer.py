@@ -19,12 +19,12 @@ arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
 import errno
 import fcntl
 import hashlib
-import http.client
 import json
 import os
 import queue
 import random
 import re
+import socket
 import ssl
 import stat
 import sys
@@ -45,6 +45,7 @@ _SHARD_KEYS = frozenset(("name", "url", "size", "sha256"))
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+$")
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_REDIRECTS = 5
 _RETRYABLE_4XX = (408, 425, 429)
@@ -580,6 +581,209 @@ class _RateLimiter(object):
             time.sleep(start - now)
 
 
+class _Disconnected(ConnectionError):
+    """The server closed the connection before the status line: a reused keep-alive connection may simply have
+    timed out at the server, so the request is worth sending again on a fresh one."""
+
+
+class _Response(object):
+    """One HTTP/1.1 response: status, headers, and its body read with readinto() (Content-Length, chunked, or up to
+    the connection's close)."""
+
+    def __init__(self, conn, status, reason, headers, will_close, length, chunked):
+        self.conn = conn
+        self.status = status
+        self.reason = reason
+        self.headers = headers
+        self.will_close = will_close
+        self.length = length          # body bytes still to come when Content-Length is known
+        self.chunked = chunked
+        self.chunk_left = 0           # bytes left in the current chunk
+        self.done = length == 0
+
+    def getheader(self, name):
+        return self.headers.get(name.lower())
+
+    def isclosed(self):
+        """Whether the whole body has been read (the connection can then serve the next request)."""
+        return self.done
+
+    def readinto(self, view):
+        """Read body bytes into view; 0 at the body's end, or when the server closed the connection early."""
+        if self.done or not len(view):
+            return 0
+        if self.chunked:
+            return self._read_chunked(view)
+        if self.length is not None:
+            view = view[:self.length]
+        count = self.conn.readinto(view)
+        if not count:
+            # Early close: a Content-Length body is now short (the caller sees that), any other body is complete.
+            self.will_close = True
+            self.done = self.length is None
+            return 0
+        if self.length is not None:
+            self.length -= count
+            self.done = not self.length
+        return count
+
+    def _read_chunked(self, view):
+        if not self.chunk_left:
+            line = self.conn.readline()
+            size = line.split(b";", 1)[0].strip()
+            try:
+                self.chunk_left = int(size, 16)
+            except ValueError:
+                raise _TransientError("malformed chunk size %r in the response" % line[:40])
+            if not self.chunk_left:
+                while self.conn.readline() not in (b"\r\n", b"\n"):  # trailer fields, up to the empty line
+                    pass
+                self.done = True
+                return 0
+        count = self.conn.readinto(view[:self.chunk_left])
+        if not count:
+            raise _TransientError("the connection closed inside a chunked body")
+        self.chunk_left -= count
+        if not self.chunk_left and self.conn.readline() not in (b"\r\n", b"\n"):
+            raise _TransientError("a chunk of the response is not followed by CRLF")
+        return count
+
+    def read(self, limit):
+        """Up to limit bytes of the body (for draining a short redirect body)."""
+        buffer = bytearray(limit)
+        view = memoryview(buffer)
+        filled = 0
+        while filled < limit:
+            count = self.readinto(view[filled:])
+            if not count:
+                break
+            filled += count
+        return bytes(buffer[:filled])
+
+
+class _HttpConnection(object):
+    """One keep-alive HTTP/1.1 connection that sends GETs and parses their responses.
+
+    http.client parses every response's headers with the email package and wraps the socket in new file objects
+    per response: that costs more CPU than the rest of a small shard's transfer. This is the part of HTTP/1.1 that
+    fetching a file needs, over a plain (or TLS) socket.
+    """
+
+    MAX_HEAD = 64 * 1024
+    RECEIVE = 64 * 1024
+
+    def __init__(self, scheme, host, port, timeout, ssl_context):
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.ssl_context = ssl_context
+        name = "[%s]" % host if ":" in host else host
+        self.host_header = name if port == (443 if scheme == "https" else 80) else "%s:%d" % (name, port)
+        self.sock = None
+        self.pending = b""            # received bytes not handed out yet
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.pending = b""
+
+    def request(self, target, headers):
+        if self.sock is None:
+            sock = socket.create_connection((self.host, self.port), self.timeout)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.scheme == "https":
+                    sock = self.ssl_context().wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+        lines = ["GET %s HTTP/1.1" % target, "Host: " + self.host_header]
+        lines.extend("%s: %s" % item for item in headers.items())
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+    def getresponse(self):
+        while True:
+            head = self._read_head()
+            lines = head.decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (len(parts[1]) == 3 and parts[1].isdigit()):
+                raise _TransientError("malformed status line %r" % lines[0][:80])
+            status = int(parts[1])
+            if 100 <= status < 200:
+                continue  # an interim response (100 Continue): the real one follows
+            headers = {}
+            for line in lines[1:]:
+                name, colon, value = line.partition(":")
+                if not colon:
+                    raise _TransientError("malformed header line %r" % line[:80])
+                name = name.strip().lower()
+                value = value.strip()
+                headers[name] = headers[name] + ", " + value if name in headers else value
+            return self._response(status, parts[2] if len(parts) > 2 else "", parts[0], headers)
+
+    def _response(self, status, reason, version, headers):
+        connection = headers.get("connection", "").lower()
+        will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = None
+        if status in (204, 304):
+            length = 0
+        elif not chunked and "content-length" in headers:
+            value = headers["content-length"].split(",")[0].strip()
+            if not value.isdigit():
+                raise _TransientError("malformed Content-Length %r" % headers["content-length"][:40])
+            length = int(value)
+        elif not chunked:
+            will_close = True  # the body ends where the connection does
+        return _Response(self, status, reason, headers, will_close, length, chunked)
+
+    def _read_head(self):
+        data = self.pending
+        start = 0
+        while True:
+            end = data.find(b"\r\n\r\n", start)
+            if end >= 0:
+                self.pending = data[end + 4:]
+                return data[:end]
+            if len(data) > self.MAX_HEAD:
+                raise _TransientError("the response head is longer than %d bytes" % self.MAX_HEAD)
+            start = max(0, len(data) - 3)
+            chunk = self.sock.recv(self.RECEIVE)
+            if not chunk:
+                if data:
+                    raise _TransientError("the connection closed inside the response head")
+                raise _Disconnected(errno.ECONNRESET, "the server closed the connection without a response")
+            data = data + chunk if data else chunk
+
+    def readinto(self, view):
+        """Body bytes: what was received with the head first, then straight from the socket into view."""
+        pending = self.pending
+        if pending:
+            count = min(len(view), len(pending))
+            view[:count] = pending[:count]
+            self.pending = pending[count:]
+            return count
+        return self.sock.recv_into(view)
+
+    def readline(self):
+        """One CRLF-terminated line (chunk sizes, trailers), at most 8 KiB."""
+        data = self.pending
+        while True:
+            end = data.find(b"\n")
+            if end >= 0:
+                self.pending = data[end + 1:]
+                return data[:end + 1]
+            if len(data) > 8192:
+                raise _TransientError("a line of the response is longer than 8 KiB")
+            chunk = self.sock.recv(self.RECEIVE)
+            if not chunk:
+                raise _TransientError("the connection closed inside the response")
+            data += chunk
+
+
 class _Connections(object):
     """One worker's keep-alive HTTP/1.1 connections, one per origin."""
 
@@ -592,12 +796,7 @@ class _Connections(object):
         conn = self.open.get(origin)
         if conn is not None:
             return conn, True
-        scheme, host, port = origin
-        if scheme == "https":
-            conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self.ssl_context())
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
-        self.open[origin] = conn
+        conn = self.open[origin] = _HttpConnection(origin[0], origin[1], origin[2], self.timeout, self.ssl_context)
         return conn, False
 
     def drop(self, origin):
@@ -695,7 +894,7 @@ class _Transfer(object):
 
     def _fetch(self, shard):
         part = _Partial(self.dest, shard, self.checkpoint_bytes, shard.name in self.states)
-        is_file = urlsplit(shard.url).scheme == "file"
+        is_file = shard.url.startswith("file://")
         attempt = mismatches = 0
         try:
             while True:
@@ -713,7 +912,7 @@ class _Transfer(object):
                     reason = str(exc)
                     if mismatches >= _MISMATCH_ATTEMPTS:
                         return self._give_up(shard, part, "%s (on %d attempts)" % (reason, mismatches))
-                except (_TransientError, OSError, http.client.HTTPException) as exc:
+                except (_TransientError, OSError) as exc:
                     reason = _describe(exc)
                 attempt += 1
                 if attempt > self.retries:
@@ -823,8 +1022,14 @@ class _Transfer(object):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https"):
                 raise _PermanentError("redirected to %s, which is not an http(s) URL" % url)
-            origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+            try:
+                origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+            except ValueError as exc:
+                raise _PermanentError("bad URL %s: %s" % (url, exc))
             target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+            if not parts.hostname or not _REQUEST_TARGET_RE.match(target):
+                raise _PermanentError("cannot request %s: it needs a host, and a path of printable ASCII without spaces "
+                                      "(percent-encode other characters)" % url)
             response = self._send(conns, origin, target, headers)
             location = response.getheader("Location")
             if response.status not in _REDIRECTS or not location:
@@ -841,14 +1046,17 @@ class _Transfer(object):
         while True:
             conn, reused = conns.get(origin)
             try:
-                conn.request("GET", target, headers=headers)
+                conn.request(target, headers)
                 return conn.getresponse()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
+            except (_Disconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
                 conns.drop(origin)
                 if not reused:
                     raise _TransientError(_describe(exc))
                 # The server closed an idle keep-alive connection: go again on a fresh one.
-            except (OSError, http.client.HTTPException) as exc:
+            except _TransientError:
+                conns.drop(origin)
+                raise
+            except OSError as exc:
                 conns.drop(origin)
                 raise _TransientError(_describe(exc))
 
