@@ -1,0 +1,176 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The microk8s role's Kubernetes manifests and the data its tasks decide on, rendered by Ansible's own templating.
+
+Every manifest the role ships (templates/*.yml.j2) is rendered with the role's defaults and validated against the
+Kubernetes schemas of the pinned minor (microk8s_channel) with kubernetes-validate, strictly (unknown fields fail).
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+import re
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
+MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
+GROUPS = {
+    "all": ["head-a1", "head-a2", "head-a3", "dgx01", "head-b1", "cpu01", "lonely"],
+    "cluster_a": ["head-a1", "head-a2", "head-a3", "dgx01"],
+    "cluster_b": ["head-b1", "cpu01"],
+    "head": ["head-a1", "head-a2", "head-a3", "head-b1"],
+    "gpu_nodes": ["dgx01"],
+    "ungrouped": ["lonely"],
+}
+# `snap list` as snapd prints it, for a held classic snap next to an unheld base.
+SNAP_LIST = """Name      Version  Rev    Tracking       Publisher   Notes
+core20    20250213 2501   latest/stable  canonical\u2713  base
+microk8s  v1.32.3  8148   1.32/stable    canonical\u2713  classic,held"""
+
+
+def _trust(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trust(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trust(item) for key, item in value.items()}
+    return value
+
+
+def role_templar(host="dgx01", **overrides):
+    variables = {}
+    variables.update(_trust(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
+    variables.update(_trust(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update({
+        "playbook_dir": "/srv/playbooks",
+        "inventory_hostname": host,
+        "group_names": sorted(g for g, hosts in GROUPS.items() if host in hosts and g != "all"),
+        "groups": GROUPS,
+        "ansible_play_hosts_all": GROUPS["all"],
+        "ansible_play_hosts": GROUPS["all"],
+        "ansible_managed": "Ansible managed: do not edit",
+        "ansible_facts": {"nodename": host.upper(), "default_ipv4": {"address": "10.0.0.9"}},
+    })
+    variables.update(_trust(overrides))
+    return Templar(loader=DataLoader(), variables=variables)
+
+
+def resolve(templar, expression):
+    return templar.template(trust_as_template("{{ %s }}" % expression))
+
+
+def render(name, **overrides):
+    text = role_templar(**overrides).template(trust_as_template((ROLE / "templates" / name).read_text()))
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def kubernetes_minor(**overrides):
+    channel = resolve(role_templar(**overrides), "microk8s_channel")
+    return re.match(r"^(\d+\.\d+)/", channel).group(1)
+
+
+# Manifests ---------------------------------------------------------------------------------------------------
+
+def test_the_role_ships_manifests():
+    assert "nvidia-device-plugin.yml.j2" in MANIFESTS
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_every_manifest_validates_against_the_kubernetes_schemas(name):
+    documents = render(name)
+    assert documents, "%s renders no object" % name
+    for obj in documents:
+        kubernetes_validate.validate(obj, kubernetes_minor(), strict=True)
+
+
+@pytest.mark.parametrize("channel", ["1.31/stable", "1.33/stable"])
+def test_device_plugin_validates_for_other_pinned_minors(channel):
+    for obj in render("nvidia-device-plugin.yml.j2", microk8s_channel=channel):
+        kubernetes_validate.validate(obj, kubernetes_minor(microk8s_channel=channel), strict=True)
+
+
+@pytest.mark.parametrize("breakage", [
+    # A misspelt field that strict validation must refuse, a wrong type, and a missing required field.
+    lambda spec: spec["template"]["spec"].update(nodeSelektor={"a": "b"}),
+    lambda spec: spec["template"]["spec"].update(containers="nvidia-device-plugin-ctr"),
+    lambda spec: spec.pop("selector"),
+])
+def test_a_broken_manifest_fails_validation(breakage):
+    obj = copy.deepcopy(render("nvidia-device-plugin.yml.j2")[0])
+    breakage(obj["spec"])
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, kubernetes_minor(), strict=True)
+
+
+def test_device_plugin_is_pinned_and_runs_on_the_labelled_nodes_with_microk8s_kubelet_dir():
+    spec = render("nvidia-device-plugin.yml.j2", microk8s_device_plugin_version="v0.17.0",
+                  microk8s_device_plugin_image="registry.lab.example/nvidia/k8s-device-plugin")[0]["spec"]["template"]["spec"]
+    assert spec["containers"][0]["image"] == "registry.lab.example/nvidia/k8s-device-plugin:v0.17.0"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["volumes"][0]["hostPath"]["path"] == "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/var/lib/kubelet/device-plugins"
+
+
+# What the tasks decide on ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("host, cluster, first_head, heads", [
+    ("dgx01", "cluster_a", "head-a1", ["head-a1", "head-a2", "head-a3"]),
+    ("head-a2", "cluster_a", "head-a1", ["head-a1", "head-a2", "head-a3"]),
+    ("cpu01", "cluster_b", "head-b1", ["head-b1"]),
+    ("lonely", "", "", []),
+])
+def test_each_cluster_group_forms_its_own_cluster(host, cluster, first_head, heads):
+    templar = role_templar(host)
+    assert resolve(templar, "__microk8s_cluster") == cluster
+    assert resolve(templar, "__microk8s_first_head") == first_head
+    assert resolve(templar, "__microk8s_heads") == heads
+
+
+def test_the_leader_is_the_plays_first_host_of_the_cluster():
+    assert resolve(role_templar("dgx01"), "__microk8s_leader") == "head-a1"
+    assert resolve(role_templar("cpu01", ansible_play_hosts_all=["dgx01", "cpu01"]), "__microk8s_leader") == "cpu01"
+
+
+def test_node_name_is_the_lowercased_hostname():
+    assert resolve(role_templar("dgx01"), "__microk8s_node_name") == "dgx01"
+
+
+@pytest.mark.parametrize("host, support, driver, expected", [
+    ("dgx01", "nvidia_addon", "host", [{"name": "nvidia", "args": ["--gpu-operator-driver", "host"], "state": "enabled"}]),
+    ("dgx01", "nvidia_addon", "operator", [{"name": "nvidia", "args": ["--gpu-operator-driver", "operator"], "state": "enabled"}]),
+    ("cpu01", "nvidia_addon", "host", []),  # no GPU node in cluster_b
+    ("dgx01", "device_plugin", "host", [{"name": "nvidia", "args": [], "state": "disabled"}]),
+    ("dgx01", "none", "host", []),
+])
+def test_gpu_addon_follows_the_gpu_support_and_the_clusters_gpu_nodes(host, support, driver, expected):
+    templar = role_templar(host, microk8s_gpu_support=support, microk8s_gpu_operator_driver=driver)
+    assert resolve(templar, "__microk8s_gpu_addon") == expected
+    assert resolve(templar, "__microk8s_wanted_addons") == [{"name": "dns"}, {"name": "hostpath-storage"}] + expected
+
+
+def test_snap_list_gives_the_hold_and_the_installed_revisions():
+    templar = role_templar(__microk8s_snap_list={"stdout_lines": SNAP_LIST.splitlines()})
+    assert resolve(templar, "__microk8s_held") is True
+    assert resolve(templar, "__microk8s_installed_revisions") == ["core20_2501", "microk8s_8148"]
+    unheld = role_templar(__microk8s_snap_list={"stdout_lines": SNAP_LIST.replace("classic,held", "classic").splitlines()})
+    assert resolve(unheld, "__microk8s_held") is False
+    assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": []}), "__microk8s_held") is False
+
+
+def test_offline_pairs_resolve_relative_paths_from_the_playbook_directory():
+    templar = role_templar(microk8s_offline_snaps=[
+        {"snap": "files/core20_2501.snap", "assert": "files/core20_2501.assert"},
+        {"snap": "/mirror/microk8s_8148.snap", "assert": "/mirror/microk8s_8148.assert"},
+    ])
+    assert resolve(templar, "__microk8s_offline") == [
+        ["/srv/playbooks/files/core20_2501.snap", "/srv/playbooks/files/core20_2501.assert"],
+        ["/mirror/microk8s_8148.snap", "/mirror/microk8s_8148.assert"],
+    ]
