@@ -631,10 +631,9 @@ class _Response(object):
         if not self.chunk_left:
             line = self.conn.readline()
             size = line.split(b";", 1)[0].strip()
-            try:
-                self.chunk_left = int(size, 16)
-            except ValueError:
+            if not size or size.strip(b"0123456789abcdefABCDEF"):
                 raise _TransientError("malformed chunk size %r in the response" % line[:40])
+            self.chunk_left = int(size, 16)
             if not self.chunk_left:
                 while self.conn.readline() not in (b"\r\n", b"\n"):  # trailer fields, up to the empty line
                     pass

@@ -12,7 +12,9 @@ description:
   - Fetches the dataset shards assigned to this node (for example WebDataset C(.tar) shards) from
     C(http://), C(https://) or C(file://) URLs into O(dest), several at a time over keep-alive connections.
   - Each shard is received into a hidden C(.NAME.part) file, checked against its size and sha256,
-    fsynced and only then renamed to its final name, so readers that glob C(*.tar) never see a partial shard.
+    made durable and only then renamed to its final name, so readers that glob C(*.tar) never see a partial shard.
+    Shards up to 8 MiB are made durable in batches with one C(syncfs) each (Linux 5.8 or later on ext4, xfs,
+    btrfs or f2fs); larger ones, and all shards elsewhere, with one C(fsync) each.
   - An interrupted transfer resumes with an HTTP Range request when the source still has the same ETag
     (or Last-Modified) and size; otherwise it starts again from the first byte.
   - A journal in O(dest) records every staged shard (size, mtime, sha256, source validator). A re-run

@@ -143,6 +143,7 @@ def test_keep_alive_is_reused_and_a_stale_connection_is_replaced(tmp_path, raw_s
 @pytest.mark.parametrize("reply, reason", [
     (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(DATA), DATA[:1000]), "body truncated after 1000 of"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunk size"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-10\r\n", "malformed chunk size"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123", "closed inside a chunked body"),
     (b"SPDY/3 200 OK\r\n\r\n", "malformed status line"),
     (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header line"),
