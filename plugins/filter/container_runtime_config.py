@@ -147,6 +147,13 @@ def _config_version(parsed, what):
     return version
 
 
+def _major(version):
+    major = str(version).split('.', maxsplit=1)[0]
+    if not major.isdigit():
+        raise AnsibleFilterError('containerd version %r does not start with a number' % (version,))
+    return int(major)
+
+
 def _nvidia_runtime(runc, runtime_path):
     runc = runc or {}
     options = dict(runc.get('options') or {})  # the cgroup driver and the rest follow runc's
@@ -158,7 +165,7 @@ def containerd_nvidia_dropin(main_text, containerd_version, runtime_path='nvidia
                              default_runtime=False, runtime_name='nvidia', main_path='config.toml'):
     """The drop-in (TOML text) that gives containerd the nvidia runtime when the main config imports it."""
     parsed = _loads(main_text, main_path)
-    major = int(str(containerd_version).split('.')[0] or 0)
+    major = _major(containerd_version)
     version = _config_version(parsed, main_path)
     if major >= 2:
         if version not in (0, 3):
@@ -204,7 +211,7 @@ def containerd_imports(main_text, import_path, containerd_version='1.7', main_pa
         end = next(i for i in range(start, top) if _parses('\n'.join(lines[start:i + 1])))
         lines[start:end + 1] = [line]
     elif not parsed:
-        major = int(str(containerd_version).split('.')[0] or 0)
+        major = _major(containerd_version)
         lines = ['version = %d' % (3 if major >= 2 else 2), line] + lines
     else:
         at = next((i + 1 for i in range(top) if re.match(r'\s*version\s*=', lines[i])), 0)
