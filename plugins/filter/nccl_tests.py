@@ -45,7 +45,7 @@ def _number(text):
 
 def _row(tokens, prefix, groups):
     """One results line as a dict, or None when the line is something else (NCCL INFO, MPI chatter)."""
-    width = len(prefix) + sum(len(group) for _, group in groups)
+    width = len(prefix) + sum(len(group) for placement, group in groups)
     if len(tokens) < width or _int(tokens[0]) is None or _int(tokens[1]) is None:
         return None
     row = {}
@@ -141,14 +141,14 @@ def nccl_busbw(output):
                   for placement, values in (("out_of_place", row.get("out_of_place")), ("in_place", row.get("in_place")))
                   if values and values.get("wrong")]
         if counts:
-            wrong.append("%s B: %s" % (row["size"], ", ".join(counts)))
-    if wrong or parsed["out_of_bounds_failed"]:
+            wrong.append("wrong elements at %s B: %s" % (row["size"], ", ".join(counts)))
+    if parsed["out_of_bounds_failed"]:
+        wrong.append("nccl-tests counted %s out-of-bounds values" % parsed["out_of_bounds"])
+    if wrong:
         raise AnsibleFilterError(
-            "nccl_busbw: the collective returned wrong results (data corruption): %s%s; check the GPUs' and NICs' "
+            "nccl_busbw: the collective returned wrong results (data corruption): %s; check the GPUs' and NICs' "
             "error counters (nvidia-smi -q -d ECC, ibv_devinfo), the NCCL and network plugin versions, and rerun"
-            % ("wrong elements at " + "; ".join(wrong) if wrong else "",
-               ("%snccl-tests counted %d out-of-bounds values" % ("; " if wrong else "", parsed["out_of_bounds"]))
-               if parsed["out_of_bounds_failed"] else ""))
+            % "; ".join(wrong))
 
     largest_size = max(row["size"] for row in parsed["rows"])
     at_largest = [values["busbw"] for row in parsed["rows"] if row["size"] == largest_size for values in _placements(row)]

@@ -71,7 +71,7 @@ def test_wrong_elements_fail_with_size_and_placement():
         nccl_busbw(fixture("all_reduce_2x_gh200_wrong_results.txt"))
     message = str(error.value)
     assert "wrong results (data corruption)" in message
-    assert "1048576 B: 96 out-of-place, 32 in-place" in message
+    assert "wrong elements at 1048576 B: 96 out-of-place, 32 in-place; nccl-tests counted 4 out-of-bounds values" in message
     assert "nccl-tests counted 4 out-of-bounds values" in message
 
 
