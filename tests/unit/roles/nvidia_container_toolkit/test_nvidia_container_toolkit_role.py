@@ -1,0 +1,128 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The nvidia_container_toolkit role's platform data, rendered by Ansible's own templating.
+
+Molecule runs Debian 12/13 against a fixture of NVIDIA's repository with the distribution's engines; what it cannot
+reach (Docker's repository, Ubuntu, other architectures) is checked here: the repository definitions the deb822 task
+receives and the package lists the install tasks pass to apt.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_container_toolkit"
+
+PLATFORMS = {
+    # id: (distribution, major, os_family, codename)
+    "debian12": ("Debian", "12", "Debian", "bookworm"),
+    "debian13": ("Debian", "13", "Debian", "trixie"),
+    "ubuntu2404": ("Ubuntu", "24", "Debian", "noble"),
+}
+
+
+def _trust(value):
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trust(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trust(item) for key, item in value.items()}
+    return value
+
+
+def _load(path):
+    return _trust(yaml.safe_load(path.read_text()))
+
+
+def role_templar(platform, architecture="x86_64", resolved=None, **overrides):
+    distribution, major, os_family, codename = PLATFORMS[platform]
+    variables = {}
+    variables.update(_load(ROLE / "defaults" / "main.yml"))
+    variables.update(_load(ROLE / "vars" / "main.yml"))
+    variables.update(_load(ROLE / "vars" / ("%s.yml" % distribution)))  # first_found: <distribution>.yml
+    variables.update(_trust(overrides))
+    variables.update({
+        "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
+                          "distribution_release": codename, "architecture": architecture},
+        "ansible_check_mode": False,
+        "inventory_hostname": "gpu01",
+    })
+    if resolved is not None:
+        variables["__nvidia_container_toolkit_resolved"] = resolved
+    return Templar(loader=DataLoader(), variables=variables)
+
+
+def resolve(templar, name):
+    return templar.template(trust_as_template("{{ %s }}" % name))
+
+
+@pytest.mark.parametrize("mirror, architecture, uri, key_url", [
+    ("", "x86_64", "https://nvidia.github.io/libnvidia-container/stable/deb/amd64",
+     "https://nvidia.github.io/libnvidia-container/gpgkey"),
+    ("http://mirror.internal/nvidia/", "aarch64", "http://mirror.internal/nvidia/stable/deb/arm64",
+     "http://mirror.internal/nvidia/gpgkey"),
+])
+def test_nvidia_repository_follows_the_mirror_and_the_architecture(mirror, architecture, uri, key_url):
+    templar = role_templar("debian12", architecture, nvidia_container_toolkit_repo_mirror=mirror)
+    repo = resolve(templar, "__nvidia_container_toolkit_repo")
+    assert repo["uris"] == [uri]
+    assert repo["suites"] == ["/"]
+    assert repo["key_url"] == key_url
+    assert repo["key_fingerprint"] == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+    assert repo["signed_by"] == "/etc/apt/keyrings/nvidia-container-toolkit.asc"
+
+
+def test_fingerprint_with_spaces_and_lower_case_is_normalised():
+    templar = role_templar("debian12", nvidia_container_toolkit_repo_key_fingerprint="c95b 321b 61e8 8c18 09c4 f759 ddca e044 f796 ecb0")
+    assert resolve(templar, "__nvidia_container_toolkit_repo.key_fingerprint") == "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+
+
+@pytest.mark.parametrize("platform, mirror, uri, suite", [
+    ("debian12", "", "https://download.docker.com/linux/debian", "bookworm"),
+    ("debian13", "", "https://download.docker.com/linux/debian", "trixie"),
+    ("ubuntu2404", "https://mirror.internal/docker/", "https://mirror.internal/docker", "noble"),
+])
+def test_docker_repository(platform, mirror, uri, suite):
+    repo = resolve(role_templar(platform, nvidia_container_toolkit_docker_repo_mirror=mirror), "__nvidia_container_toolkit_docker_repo")
+    assert repo["uris"] == [uri]
+    assert repo["suites"] == [suite]
+    assert repo["components"] == ["stable"]
+    assert repo["key_url"] == uri + "/gpg"
+    assert repo["key_fingerprint"] == "9DC858229FC7DD38854AE2D88D81803C0EBFCD88"
+
+
+@pytest.mark.parametrize("platform, source, docker_version, containerd_version, resolved, expected", [
+    ("debian12", "distribution", "20.10", "1.6",
+     {"docker.io": "20.10.24+dfsg1-1+deb12u1+b6", "containerd": "1.6.20~ds1-1+deb12u3"},
+     ["docker.io=20.10.24+dfsg1-1+deb12u1+b6", "containerd=1.6.20~ds1-1+deb12u3"]),
+    ("debian13", "distribution", "26.1", "",
+     {"docker.io": "26.1.5+dfsg1-9+deb13u1"},
+     ["docker.io=26.1.5+dfsg1-9+deb13u1", "docker-cli=26.1.5+dfsg1-9+deb13u1", "containerd"]),
+    ("ubuntu2404", "distribution", "", "", {}, ["docker.io", "containerd"]),
+    ("debian12", "docker", "5:27.3.1", "1.7",
+     {"docker-ce": "5:27.3.1-1~debian.12~bookworm", "containerd.io": "1.7.22-1"},
+     ["docker-ce=5:27.3.1-1~debian.12~bookworm", "docker-ce-cli=5:27.3.1-1~debian.12~bookworm", "containerd.io=1.7.22-1"]),
+])
+def test_engine_packages_carry_their_resolved_versions(platform, source, docker_version, containerd_version, resolved, expected):
+    templar = role_templar(platform, resolved=resolved, nvidia_container_toolkit_engine_source=source,
+                           nvidia_container_toolkit_docker_install=True, nvidia_container_toolkit_containerd_install=True,
+                           nvidia_container_toolkit_docker_version=docker_version,
+                           nvidia_container_toolkit_containerd_version=containerd_version)
+    assert resolve(templar, "__nvidia_container_toolkit_engine_install") == expected
+
+
+def test_only_the_engines_asked_for_are_installed():
+    templar = role_templar("debian12", nvidia_container_toolkit_containerd_install=True)
+    assert resolve(templar, "__nvidia_container_toolkit_engines_wanted") == ["containerd"]
+    assert resolve(templar, "__nvidia_container_toolkit_engine_install") == ["containerd"]
+
+
+def test_defaults_install_no_engine():
+    assert resolve(role_templar("debian13"), "__nvidia_container_toolkit_engines_wanted") == []
