@@ -1,15 +1,22 @@
-# TEST DOUBLE of conda for molecule/anaconda -- not conda. The fixture installer lays it into PREFIX/bin/conda and
-# PREFIX/condabin/conda. It answers only what the anaconda role calls, in the real conda's (24.x) output formats:
-#   conda --version                          "conda X.Y.Z"
-#   conda info --json                        conda's info dictionary (root_prefix, conda_version, config_files, ...)
-#   conda env list --json                    {"envs": [...]}: the base prefix and PREFIX/envs/* that hold conda-meta/
-#   conda env create --file F --prefix P     refuses an existing environment; writes P/conda-meta/history
-#   conda env update --file F --prefix P [--prune]   refuses a missing environment; appends to the history
-#   conda init [SHELL...] [--dry-run]        the "# >>> conda initialize >>>" block in ~/.bashrc or ~/.zshrc,
-#                                            reported as conda prints its plan ("modified", "no change", "No action taken.")
-# Its version is the one in the conda package record (conda-meta/conda-<version>-<build>.json), as for the real conda.
-# It reads no .condarc settings (the test image has no YAML parser): pkgs_dirs and channels are conda's defaults.
-# Environments get no packages: the history records the specs of the file (its "dependencies:" block list).
+"""TEST DOUBLE of conda for molecule/anaconda -- not conda.
+
+The fixture installer lays this file into PREFIX/bin/conda and PREFIX/condabin/conda, with a #!/usr/bin/python3
+line on top (as a real installer rewrites its scripts' first line). It answers only what the anaconda role calls,
+in the real conda's (24.x) output formats:
+
+  conda --version                                  "conda X.Y.Z"
+  conda info --json                                conda's info dictionary (root_prefix, conda_version, config_files...)
+  conda env list --json                            {"envs": [...]}: the base prefix and PREFIX/envs/* with a conda-meta/
+  conda env create --file F --prefix P             refuses an existing environment; writes P/conda-meta/history
+  conda env update --file F --prefix P [--prune]   refuses a missing environment; appends to the history
+  conda init [SHELL...] [--dry-run]                the "# >>> conda initialize >>>" block in ~/.bashrc or ~/.zshrc,
+                                                   reported as conda prints its plan ("modified", "no change",
+                                                   "No action taken.")
+
+Its version is the one in the conda package record (conda-meta/conda-<version>-<build>.json), as for the real conda.
+It reads no .condarc settings (the test image has no YAML parser): pkgs_dirs and channels are conda's defaults.
+Environments get no packages: the history records the specs of the file (its "dependencies:" block list).
+"""
 import datetime
 import glob
 import json
@@ -25,8 +32,12 @@ def conda_version():
     records = glob.glob(os.path.join(PREFIX, "conda-meta", "conda-[0-9]*.json"))
     if len(records) != 1:
         sys.exit("fixture conda: expected one conda package record in %s/conda-meta, found %r" % (PREFIX, records))
-    with open(records[0]) as handle:
-        return json.load(handle)["version"]
+    return json.loads(read_text(records[0]))["version"]
+
+
+def read_text(path):
+    with open(path) as handle:
+        return handle.read()
 
 
 def known_environments():
@@ -149,7 +160,7 @@ def init(args):
             ("no change", os.path.join(PREFIX, "etc", "profile.d", "conda.sh"))]
     for shell in shells:
         path = os.path.join(HOME, INIT_FILES[shell])
-        old = open(path).read() if os.path.exists(path) else ""
+        old = read_text(path) if os.path.exists(path) else ""
         wanted = block.format(p=PREFIX, s=shell)
         start, end = old.find("# >>> conda initialize >>>\n"), old.find("# <<< conda initialize <<<\n")
         if start >= 0 and end > start:
@@ -162,7 +173,7 @@ def init(args):
         plan.append(("modified" if new != old else "no change", path))
     for result, path in plan:
         print("%-14s%s" % (result, path))
-    if any(result == "modified" for result, _ in plan):
+    if any(step[0] == "modified" for step in plan):
         print("\n==> For changes to take effect, close and re-open your current shell. <==\n")
     else:
         print("No action taken.")
