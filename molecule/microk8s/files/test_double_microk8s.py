@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """TEST DOUBLE of the `microk8s` command, for the microk8s molecule scenario only.
@@ -348,7 +347,8 @@ def cmd_join(args):
             handle.write(target_id)
     if worker:
         os.makedirs(os.path.dirname(WORKER_LOCK), exist_ok=True)
-        open(WORKER_LOCK, "w").close()
+        with open(WORKER_LOCK, "w"):
+            pass
         out("The node has joined the cluster and will appear in the nodes list in a few seconds.")
     else:
         out("Waiting for this node to finish joining the cluster. .. .. ..\nSuccessfully joined the cluster.")
@@ -481,7 +481,9 @@ def kubectl_label(args, cluster):
 
 
 def kubectl_apply(args, cluster):
-    import yaml  # python3-yaml, installed by the scenario's prepare
+    # PyYAML from the controller, zipped by the scenario's prepare (pure Python through zipimport).
+    sys.path.insert(0, "/usr/local/lib/test-double/pyyaml.zip")
+    import yaml  # pylint: disable=import-outside-toplevel
 
     path = take(args, "-f", "--filename")
     with open(path) as handle:

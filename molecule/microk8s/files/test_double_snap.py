@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """TEST DOUBLE of the `snap` command, for the microk8s molecule scenario only.
