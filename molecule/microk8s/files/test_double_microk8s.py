@@ -185,9 +185,9 @@ def cmd_status(args):
     flag(args, "--wait-ready", "-w", "--yaml")
     take(args, "--timeout", "-t")
     with cluster_state() as state:
-        _, cluster = local_cluster(state)
+        cluster = local_cluster(state)[1]
     rows = ha_nodes(cluster)
-    ha = sum(1 for _, role in rows if role == "voter") >= 3
+    ha = sum(1 for row in rows if row[1] == "voter") >= 3
     addons = sorted(ADDONS)
     enabled = [name for name in addons if cluster["addons"].get(name, {}).get("status") == "enabled"]
     if fmt == "yaml":
@@ -227,7 +227,7 @@ def split_addons(args):
                 and arg not in ADDONS:
             result[-1][1].append(arg)
         else:
-            name, _, colon_args = arg.partition(":")
+            name, colon_args = (arg.split(":", 1) + [""])[:2]
             result.append((name, [colon_args] if colon_args else []))
     return result
 
@@ -253,7 +253,7 @@ def cmd_enable(args, enable=True):
     if not requested:
         die("Usage: microk8s %s [OPTIONS] ADDONS..." % ("enable" if enable else "disable"), 2)
     with cluster_state() as state:
-        _, cluster = local_cluster(state)
+        cluster = local_cluster(state)[1]
         for name, addon_args in requested:
             if name not in ADDONS:
                 die("Addon %s was not found in any repository" % name)
@@ -283,7 +283,7 @@ def cmd_add_node(args):
     if len(token) < 32:
         die("Invalid token size.  It must be 32 characters long.")
     with cluster_state() as state:
-        _, cluster = local_cluster(state)
+        cluster = local_cluster(state)[1]
         cluster["tokens"][token] = -1 if ttl == -1 else int(time.time()) + ttl
         if token not in cluster["token_history"]:
             cluster["token_history"].append(token)
@@ -314,7 +314,7 @@ def cmd_join(args):
     match = re.match(r"^([0-9.]+):(\d+)/([^/]+)(?:/([0-9a-f]+))?$", args[0])
     if not match:
         die("Invalid connection string %s" % args[0], 2)
-    ip, _, token, check = match.groups()
+    ip, token, check = match.group(1), match.group(3), match.group(4)
     if os.path.exists(WORKER_LOCK):
         die("The node is already a worker of a cluster; run 'microk8s leave' first.")
     with cluster_state() as state:
@@ -375,7 +375,7 @@ def cmd_remove_node(args):
     force = flag(args, "--force")
     name = args[0]
     with cluster_state() as state:
-        _, cluster = local_cluster(state)
+        cluster = local_cluster(state)[1]
         node = cluster["nodes"].get(name)
         if node is None:
             die("Node %s does not exist in Kubernetes." % name)
@@ -472,7 +472,7 @@ def kubectl_label(args, cluster):
         if change.endswith("-"):
             node["labels"].pop(change[:-1], None)
             continue
-        key, _, value = change.partition("=")
+        key, value = (change.split("=", 1) + [""])[:2]
         if key in node["labels"] and node["labels"][key] != value and not overwrite:
             node["labels"] = before
             die("error: '%s' already has a value (%s), and --overwrite is false" % (key, before[key]))
@@ -506,7 +506,7 @@ def cmd_kubectl(args):
     if verb not in handlers:
         die("error: this test double knows kubectl %s" % ", ".join(sorted(handlers)))
     with cluster_state() as state:
-        _, cluster = local_cluster(state)
+        cluster = local_cluster(state)[1]
         handlers[verb](rest, cluster)
 
 
