@@ -37,8 +37,8 @@ up() {
     docker exec "$host" systemctl is-system-running --wait >/dev/null 2>&1 || true
   done < <(hosts_and_images)
 
-  # The lab's dataset server (a test fixture, not part of site.yml).
-  ansible-playbook -i "$inventory" tests/fixtures/dataset_server.yml >"${TMPDIR:-/tmp}/dlinfra-demo-store.log" 2>&1 || {
+  # The lab's dataset server and the stand-ins of vendor repositories (test fixtures, not part of site.yml).
+  ansible-playbook -i "$inventory" tests/fixtures/dataset_server.yml tests/fixtures/vendor_mirror.yml >"${TMPDIR:-/tmp}/dlinfra-demo-store.log" 2>&1 || {
     tail -n 40 "${TMPDIR:-/tmp}/dlinfra-demo-store.log" >&2
     exit 1
   }
