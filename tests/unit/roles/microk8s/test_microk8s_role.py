@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from role_vars import trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
 MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
@@ -35,20 +37,10 @@ core20    20250213 2501   latest/stable  canonical\u2713  base
 microk8s  v1.32.3  8148   1.32/stable    canonical\u2713  classic,held"""
 
 
-def _trust(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trust(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
-    return value
-
-
 def role_templar(host="dgx01", **overrides):
     variables = {}
-    variables.update(_trust(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
-    variables.update(_trust(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update(trust(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
+    variables.update(trust(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
     variables.update({
         "playbook_dir": "/srv/playbooks",
         "inventory_hostname": host,
@@ -59,16 +51,16 @@ def role_templar(host="dgx01", **overrides):
         "ansible_managed": "Ansible managed: do not edit",
         "ansible_facts": {"nodename": host.upper(), "default_ipv4": {"address": "10.0.0.9"}},
     })
-    variables.update(_trust(overrides))
+    variables.update(trust(overrides))
     return Templar(loader=DataLoader(), variables=variables)
 
 
 def resolve(templar, expression):
-    return templar.template(trust_as_template("{{ %s }}" % expression))
+    return templar.template(trust("{{ %s }}" % expression))
 
 
 def render(name, **overrides):
-    text = role_templar(**overrides).template(trust_as_template((ROLE / "templates" / name).read_text()))
+    text = role_templar(**overrides).template(trust((ROLE / "templates" / name).read_text()))
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

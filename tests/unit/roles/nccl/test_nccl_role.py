@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from role_vars import load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nccl"
 
@@ -36,35 +38,13 @@ DEBIAN_ARCHIVE = ["2.22.3-1-1"]
 CUDA_APT = ["2.23.4-1+cuda12.6", "2.22.3-1+cuda12.6", "2.22.3-1+cuda12.5", "2.22.3-1+cuda12.4", "2.21.5-1+cuda12.4"]
 
 
-def _trust(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trust(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
-    return value
-
-
-def _load(path):
-    return _trust(yaml.safe_load(path.read_text()))
-
-
-def platform_file(distribution, major, os_family):
-    """The file tasks/main.yml's first_found picks, in its order."""
-    for name in ("%s_%s.yml" % (distribution, major), "%s.yml" % distribution, "%s.yml" % os_family):
-        if (ROLE / "vars" / name).exists():
-            return ROLE / "vars" / name
-    raise AssertionError("no vars file for %s %s" % (distribution, major))
-
-
 def role_templar(platform, nvcc=True, **overrides):
     distribution, major, os_family = PLATFORMS[platform]
     variables = {}
-    variables.update(_load(ROLE / "defaults" / "main.yml"))
-    variables.update(_trust(overrides))  # inventory, below role vars
-    variables.update(_load(ROLE / "vars" / "main.yml"))
-    variables.update(_load(platform_file(distribution, major, os_family)))
+    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(trust(overrides))  # inventory, below role vars
+    variables.update(load(ROLE / "vars" / "main.yml"))
+    variables.update(load(platform_file(ROLE, distribution, major, os_family)))
     variables.update({
         "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
                           "architecture": "x86_64"},
@@ -77,18 +57,18 @@ def role_templar(platform, nvcc=True, **overrides):
 
 
 def resolve(templar, name):
-    return templar.template(trust_as_template("{{ %s }}" % name))
+    return templar.template(trust("{{ %s }}" % name))
 
 
 def render(templar, template):
-    return templar.template(trust_as_template((ROLE / "templates" / template).read_text()))
+    return templar.template(trust((ROLE / "templates" / template).read_text()))
 
 
 def preflight_problems(templar):
     """The problem list of preflight's fail task, evaluated with its own task vars."""
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
-    templar = templar.copy_with_new_env(available_variables=dict(templar.available_variables, **_trust(task_vars)))
+    templar = templar.copy_with_new_env(available_variables=dict(templar.available_variables, **trust(task_vars)))
     return resolve(templar, "__nccl_problems")
 
 
@@ -233,7 +213,7 @@ def test_every_problem_is_reported_at_once():
 
 @pytest.mark.parametrize("platform", ["debian12", "debian13", "ubuntu2204", "rocky8"])
 def test_platform_files_are_complete(platform):
-    keys = set(yaml.safe_load(platform_file(*PLATFORMS[platform]).read_text()))
+    keys = set(yaml.safe_load(platform_file(ROLE, *PLATFORMS[platform]).read_text()))
     assert keys == {"__nccl_package_manager", "__nccl_releases", "__nccl_packages", "__nccl_tests_cuda_home",
                     "__nccl_tests_mpi_home", "__nccl_tests_build_packages", "__nccl_tests_mpi_packages"}
 
@@ -244,7 +224,7 @@ def validation_skip_reason(gpu, check_mode=False, **overrides):
     tasks = yaml.safe_load((ROLE / "tasks" / "validate.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if task["name"] == "Decide whether this host is measured")
     templar = role_templar("debian13", **overrides)
-    variables = dict(templar.available_variables, __nccl_gpu=gpu, ansible_check_mode=check_mode, **_trust(task_vars))
+    variables = dict(templar.available_variables, __nccl_gpu=gpu, ansible_check_mode=check_mode, **trust(task_vars))
     return resolve(templar.copy_with_new_env(available_variables=variables), "__reason")
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from role_vars import load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_container_toolkit"
 
@@ -27,27 +28,13 @@ PLATFORMS = {
 }
 
 
-def _trust(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trust(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
-    return value
-
-
-def _load(path):
-    return _trust(yaml.safe_load(path.read_text()))
-
-
 def role_templar(platform, architecture="x86_64", resolved=None, **overrides):
     distribution, major, os_family, codename = PLATFORMS[platform]
     variables = {}
-    variables.update(_load(ROLE / "defaults" / "main.yml"))
-    variables.update(_load(ROLE / "vars" / "main.yml"))
-    variables.update(_load(ROLE / "vars" / ("%s.yml" % distribution)))  # first_found: <distribution>.yml
-    variables.update(_trust(overrides))
+    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(load(ROLE / "vars" / "main.yml"))
+    variables.update(load(ROLE / "vars" / ("%s.yml" % distribution)))  # first_found: <distribution>.yml
+    variables.update(trust(overrides))
     variables.update({
         "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
                           "distribution_release": codename, "architecture": architecture},
@@ -60,7 +47,7 @@ def role_templar(platform, architecture="x86_64", resolved=None, **overrides):
 
 
 def resolve(templar, name):
-    return templar.template(trust_as_template("{{ %s }}" % name))
+    return templar.template(trust("{{ %s }}" % name))
 
 
 @pytest.mark.parametrize("mirror, architecture, uri, key_url", [

@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
+from ansible.template import Templar
+
+from role_vars import load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"
 
@@ -33,35 +35,13 @@ PLATFORMS = {
 CUDA_KEY_2022 = "EB693B3035CD5710E231E123A4B469963BF863CC"
 
 
-def _trust(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, list):
-        return [_trust(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
-    return value
-
-
-def _load(path):
-    return _trust(yaml.safe_load(path.read_text()))
-
-
-def platform_file(distribution, major, os_family):
-    """The file tasks/main.yml's first_found picks, in its order."""
-    for name in ("%s_%s.yml" % (distribution, major), "%s.yml" % distribution, "%s.yml" % os_family):
-        if (ROLE / "vars" / name).exists():
-            return ROLE / "vars" / name
-    raise AssertionError("no vars file for %s %s" % (distribution, major))
-
-
 def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_version="", **overrides):
     distribution, major, os_family, kernel = PLATFORMS[platform]
     variables = {}
-    variables.update(_load(ROLE / "defaults" / "main.yml"))
-    variables.update(_load(ROLE / "vars" / "main.yml"))  # role vars, then include_vars on top (higher precedence)
-    variables.update(_load(platform_file(distribution, major, os_family)))
-    variables.update(_trust(overrides))
+    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(load(ROLE / "vars" / "main.yml"))  # role vars, then include_vars on top (higher precedence)
+    variables.update(load(platform_file(ROLE, distribution, major, os_family)))
+    variables.update(trust(overrides))
     variables.update({
         "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
                           "architecture": architecture, "kernel": kernel},
@@ -75,11 +55,11 @@ def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_vers
 
 
 def resolve(templar, name):
-    return templar.template(trust_as_template("{{ %s }}" % name))
+    return templar.template(trust("{{ %s }}" % name))
 
 
 def render(templar, template):
-    return templar.template(trust_as_template((ROLE / "templates" / template).read_text()))
+    return templar.template(trust((ROLE / "templates" / template).read_text()))
 
 
 # Package lists ----------------------------------------------------------------------------------------------
@@ -270,7 +250,7 @@ def test_nouveau_blacklist():
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
 def test_platform_files_are_complete(platform):
     distribution, major, os_family, _kernel = PLATFORMS[platform]
-    data = yaml.safe_load(platform_file(distribution, major, os_family).read_text())
+    data = yaml.safe_load(platform_file(ROLE, distribution, major, os_family).read_text())
     for key in ("__nvidia_driver_package_manager", "__nvidia_driver_default_source", "__nvidia_driver_releases",
                 "__nvidia_driver_package_sets", "__nvidia_driver_pin_packages", "__nvidia_driver_headers_package",
                 "__nvidia_driver_initramfs_tool", "__nvidia_driver_initramfs_command", "__nvidia_driver_missing_source_fix"):

@@ -1,0 +1,33 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A role's variables as Ansible loads them, for the role tests: YAML marked trusted so Templar renders it, and the
+platform file that tasks/main.yml's first_found would include."""
+
+from __future__ import annotations
+
+import yaml
+
+from ansible.template import trust_as_template
+
+
+def trust(value):
+    """Strings (in lists and dicts too) marked as templates, as Ansible marks what it reads from a role."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [trust(item) for item in value]
+    if isinstance(value, dict):
+        return {key: trust(item) for key, item in value.items()}
+    return value
+
+
+def load(path):
+    return trust(yaml.safe_load(path.read_text()))
+
+
+def platform_file(role, distribution, major, os_family):
+    """The vars file first_found picks in role, in its order: <distribution>_<major>, <distribution>, <os_family>."""
+    for name in ("%s_%s.yml" % (distribution, major), "%s.yml" % distribution, "%s.yml" % os_family):
+        if (role / "vars" / name).exists():
+            return role / "vars" / name
+    raise AssertionError("no vars file for %s %s in %s" % (distribution, major, role))
