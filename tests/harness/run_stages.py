@@ -55,10 +55,10 @@ def main(argv):
         if returncode != 0:
             break
 
-    print("\n%-28s %8s  %s" % ("stage", "seconds", "result"))
+    print("\n%-34s %8s  %s" % ("stage", "seconds", "result"))
     for name, returncode, elapsed in results:
-        print("%-28s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))
-    print("%-28s %8.0f" % ("total", sum(r[2] for r in results)))
+        print("%-34s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))
+    print("%-34s %8.0f" % ("total", sum(r[2] for r in results)))
     failed = sum(1 for r in results if r[1] != 0)
     print("%d passed, %d failed" % (len(results) - failed, failed))
     return 1 if failed or not results else 0
