@@ -61,8 +61,8 @@ _RELATIVE_TOLERANCE = 1e-9
 _NUMPY_BLOCK_CELLS = 1 << 17
 _EXTRA_CANDIDATES = 2
 
-_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+_RANGE = re.compile(r"^(\d+)\.\.(\d+)\Z")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}\Z")
 _SHA256SUMS_LINE = re.compile(r"^(\\?)([0-9a-fA-F]{64}) [ *](.+)$")
 _URL_PREFIXES = tuple(scheme + "://" for scheme in SCHEMES)
 

@@ -16,10 +16,14 @@ Run without Ansible: ``python -m <this module> CONFIG.json`` where CONFIG holds 
 arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
 """
 
+import contextlib
 import errno
 import fcntl
+import gc
 import hashlib
+import itertools
 import json
+import marshal
 import os
 import queue
 import random
@@ -38,14 +42,16 @@ JOURNAL_VERSION = 1
 PART_SUFFIX = ".part"
 STATE_SUFFIX = ".part.state"
 MIB = 1 << 20
+# Forked processes that lstat a large dest in parallel (see _DirectoryScan).
+SCAN_WORKERS = 4
 MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
 VERIFY_CHOICES = ("quick", "full")
 _URL_PREFIXES = ("http://", "https://", "file://")
 _SHARD_KEYS = frozenset(("name", "url", "size", "sha256"))
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
-_REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)\Z")
+_REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+\Z")
 _REDIRECTS = (301, 302, 303, 307, 308)
 _MAX_REDIRECTS = 5
 _RETRYABLE_4XX = (408, 425, 429)
@@ -91,10 +97,23 @@ class Shard(object):
 # Input
 # ---------------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cycle collector while 100,000-shard lists, journals and scans are built: they hold no reference
+    cycles, and each collection would walk every one of their objects again (it doubled a no-op re-run's CPU time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def load_shards_file(path):
     """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb") as handle, _cyclic_gc_paused():
             data = json.load(handle)
     except (OSError, ValueError) as exc:
         raise StagingError("cannot read shards_file %s: %s" % (path, exc))
@@ -142,10 +161,49 @@ def _shard_problems(index, raw):
     return problems, Shard(name, url, size, sha256)
 
 
+def _shards_if_all_valid(raw_shards):
+    """The Shard objects when every shard passes _shard_problems and no name repeats, else None.
+
+    A re-run validates up to 100,000 shards before confirming them, so this checks the list column by column
+    in C-level passes. It never rejects anything itself: on None, normalize_shards() checks shard by shard
+    and names the problems.
+    """
+    if not raw_shards:
+        return []
+    if set(map(type, raw_shards)) != {dict} or max(map(len, raw_shards)) > 4 or not all(map(_SHARD_KEYS.issuperset, raw_shards)):
+        return None
+    names, urls, sizes, digests = ([*map(dict.get, raw_shards, itertools.repeat(key))] for key in ("name", "url", "size", "sha256"))
+    if set(map(type, names)) != {str} or len(set(names)) != len(names) or max(map(len, names)) * 4 > MAX_NAME_BYTES:
+        return None
+    # Joined with NUL, which no valid name contains: an empty or hidden name shows as a NUL pair, NUL-dot or NUL at an end.
+    joined = "\0".join(names)
+    if (joined.count("\0") != len(names) - 1 or "/" in joined or "\0\0" in joined or "\0." in joined
+            or joined.startswith((".", "\0")) or joined.endswith("\0") or not names[0]):
+        return None
+    if set(map(type, urls)) != {str} or not all(map(str.startswith, urls, itertools.repeat(_URL_PREFIXES))):
+        return None
+    if not set(map(type, sizes)) <= {int, type(None)} or min([size for size in sizes if size is not None], default=0) < 0:
+        return None
+    given = [digest for digest in digests if digest is not None]
+    if given and (set(map(type, given)) != {str} or set(map(len, given)) != {64} or not _lower_hex("".join(given))):
+        return None
+    return [*map(Shard, names, urls, sizes, digests)]
+
+
+def _lower_hex(text):
+    try:
+        return not text.encode("ascii").translate(None, b"0123456789abcdef")
+    except UnicodeEncodeError:
+        return False
+
+
 def normalize_shards(raw_shards, max_problems=20):
     """Validate a list of shard mappings and return Shard objects; raise StagingError listing the problems."""
     if not isinstance(raw_shards, list):
         raise StagingError("shards must be a list of {name, url, size, sha256} mappings")
+    shards = _shards_if_all_valid(raw_shards)
+    if shards is not None:
+        return shards
     problems = []
     shards = []
     seen = set()
@@ -273,6 +331,93 @@ def _hash_file(path, buffer_size):
     return hasher.hexdigest(), after.st_size, after.st_mtime_ns
 
 
+class _DirectoryScan(object):
+    """lstat every entry of a directory (but the engine's state files, whose names are all a run needs).
+
+    A re-run over 100,000 staged shards spends most of its time in these lstat calls, and Python threads do not
+    speed them up, so long listings are split across forked worker processes (fork only: they run nothing but
+    lstat and marshal). They run while the parent loads the journal; collect() joins them. Should a worker fail,
+    its share is stat'ed again in this process, so the result never depends on the workers.
+    """
+
+    ENTRIES_PER_WORKER = 10000
+
+    def __init__(self, path, workers):
+        self.path = path
+        self.names, self.states, self.workers = [], set(), []
+        if not os.path.isdir(path):
+            return
+        for name in os.listdir(path):
+            if name[:1] == "." and name.endswith(STATE_SUFFIX):
+                self.states.add(name[1:-len(STATE_SUFFIX)])
+            else:
+                self.names.append(name)
+        count = min(workers, len(self.names) // self.ENTRIES_PER_WORKER)
+        if count > 1:
+            for index in range(count):
+                self._start_worker(self.names[index::count])
+
+    def _start_worker(self, names):
+        try:
+            reader, writer = os.pipe()
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:
+            status = 1
+            try:
+                # Hold no other worker's pipe open: its worker must see EPIPE should close() drop that pipe.
+                for fd in [reader] + [worker[1] for worker in self.workers]:
+                    os.close(fd)
+                with os.fdopen(writer, "wb") as pipe:
+                    pipe.write(marshal.dumps(self._lstat(names)))
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(writer)
+        self.workers.append((pid, reader, names))
+
+    def _lstat(self, names):
+        found = {}
+        if not names:
+            return found
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for name in names:
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                found[name] = (stat.S_ISREG(info.st_mode), info.st_size, info.st_mtime_ns)
+        finally:
+            os.close(fd)
+        return found
+
+    def collect(self):
+        """-> ({name: (is_regular, size, mtime_ns)} for every entry but state files, names that have a state file)."""
+        if not self.workers:
+            return self._lstat(self.names), self.states
+        found = {}
+        for pid, reader, names in self.workers:
+            with os.fdopen(reader, "rb") as pipe:
+                data = pipe.read()
+            status = os.waitpid(pid, 0)[1]
+            try:
+                part = marshal.loads(data) if status == 0 else None
+            except (EOFError, ValueError, TypeError):
+                part = None
+            found.update(part if isinstance(part, dict) else self._lstat(names))
+        self.workers = []
+        return found, self.states
+
+    def close(self):
+        """Stop workers whose results were not collected (the run failed before it needed them)."""
+        for pid, reader, dummy in self.workers:
+            os.close(reader)
+            os.waitpid(pid, 0)
+        self.workers = []
+
+
 class Journal(object):
     """The node-local record of staged shards: name -> [size, mtime_ns, sha256, validator]."""
 
@@ -330,17 +475,29 @@ class _DirectoryLock(object):
         self.path = os.path.join(dest, LOCK_NAME)
         self.fd = None
 
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def acquire(self, if_possible=False):
+        """Take the lock, or raise StagingError naming the run that holds it. With if_possible, a dest that does not
+        exist yet or refuses the lock file returns False instead (prepare_dest() then explains the problem)."""
+        if self.fd is not None:
+            return True
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
-            os.close(self.fd)
+            if if_possible:
+                return False
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
             raise StagingError("%s is locked by another shard_fetch run (%s); wait for it to finish" % (os.path.dirname(self.path), self.path))
-        return self
+        self.fd = fd
+        return True
 
-    def __exit__(self, *exc_info):
-        os.close(self.fd)
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1268,25 +1425,10 @@ class _Run(object):
         if self.journal.warning:
             self.warnings.append(self.journal.warning)
 
-    def scan(self):
-        """One pass over dest: (final files of interest -> (is_regular, size, mtime_ns), partial sizes, state names)."""
-        files, partials, states = {}, {}, set()
-        if not os.path.isdir(self.dest):
-            return files, partials, states
-        interesting = set(self.journal.entries)
-        interesting.update(shard.name for shard in self.shards)
-        with os.scandir(self.dest) as entries:
-            for entry in entries:
-                name = entry.name
-                if name in interesting:
-                    info = entry.stat(follow_symlinks=False)
-                    files[name] = (stat.S_ISREG(info.st_mode), info.st_size, info.st_mtime_ns)
-                elif name.startswith("."):
-                    if name.endswith(PART_SUFFIX):
-                        partials[name[1:-len(PART_SUFFIX)]] = entry.stat(follow_symlinks=False).st_size
-                    elif name.endswith(STATE_SUFFIX):
-                        states.add(name[1:-len(STATE_SUFFIX)])
-        return files, partials, states
+    @staticmethod
+    def partial_sizes(files):
+        """The sizes of the engine's partial files (.NAME.part) in a dest scan, by shard name."""
+        return {name[1:-len(PART_SUFFIX)]: found[1] for name, found in files.items() if name[:1] == "." and name.endswith(PART_SUFFIX)}
 
     def plan(self, files, verify):
         """Sort the shards into confirmed, tasks (shard, sha256 to check first or None) and failures."""
@@ -1556,26 +1698,40 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     started = time.monotonic()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
                     group_commit_bytes, commit_interval)
-    shards = normalize_shards(shards)
     dest = os.path.abspath(dest)
     journal_path = os.path.abspath(journal) if journal else os.path.join(dest, JOURNAL_NAME)
     settings = dict(concurrency=concurrency, retries=retries, timeout=timeout, bandwidth_limit=bandwidth_limit,
                     check_mode=check_mode, backoff=backoff, backoff_max=backoff_max, journal_interval=journal_interval,
                     checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit,
                     group_commit_bytes=group_commit_bytes, commit_interval=commit_interval)
-    run = _Run(shards, dest, journal_path, settings)
-    run.prepare_dest()
-    if check_mode:
-        return _stage_locked(run, verify, prune, started)
-    with _DirectoryLock(dest):
-        return _stage_locked(run, verify, prune, started)
+    lock = None if check_mode else _DirectoryLock(dest)
+    scan = None
+    try:
+        # Where dest already exists, its scan starts first (under the lock) so its workers overlap the validation.
+        if check_mode or lock.acquire(if_possible=True):
+            scan = _DirectoryScan(dest, min(os.cpu_count() or 1, SCAN_WORKERS))
+        with _cyclic_gc_paused():
+            shards = normalize_shards(shards)
+        run = _Run(shards, dest, journal_path, settings)
+        run.prepare_dest()
+        if scan is None:
+            lock.acquire()
+            scan = _DirectoryScan(dest, 1)
+        return _stage_locked(run, scan, verify, prune, started)
+    finally:
+        if scan is not None:
+            scan.close()
+        if lock is not None:
+            lock.release()
 
 
-def _stage_locked(run, verify, prune, started):
-    run.load_journal()
-    files, partials, states = run.scan()
-    run.transfer.states = frozenset(states)
-    tasks = run.plan(files, verify)
+def _stage_locked(run, scan, verify, prune, started):
+    with _cyclic_gc_paused():
+        run.load_journal()
+        files, states = scan.collect()
+        partials = run.partial_sizes(files)
+        run.transfer.states = frozenset(states)
+        tasks = run.plan(files, verify)
     run.check_space(tasks, partials)
     run.execute(tasks)
     if prune and (run.failed or run.errors):

@@ -523,6 +523,75 @@ def test_not_enough_space_fails_up_front_saying_by_how_much(tmp_path, make_shard
     assert visible(str(tmp_path)) == []
 
 
+def _tree(path, count):
+    for index in range(count):
+        (path / ("s%04d.tar" % index)).write_bytes(b"x" * (index % 7))
+    (path / ".s0001.tar.part").write_bytes(b"12345")
+    (path / ".s0001.tar.part.state").write_bytes(b"{}")
+    os.mkdir(path / "subdir")
+    os.symlink("s0002.tar", path / "link.tar")
+
+
+def _in_process_scan(path):
+    found = {}
+    for entry in os.scandir(path):
+        if not entry.name.endswith(".part.state"):
+            info = entry.stat(follow_symlinks=False)
+            found[entry.name] = (entry.is_file(follow_symlinks=False), info.st_size, info.st_mtime_ns)
+    return found
+
+
+def test_the_forked_scan_finds_what_an_in_process_scan_finds(tmp_path, monkeypatch):
+    _tree(tmp_path, 300)
+    monkeypatch.setattr(shard_transfer._DirectoryScan, "ENTRIES_PER_WORKER", 50)
+    scan = shard_transfer._DirectoryScan(str(tmp_path), 4)
+    assert len(scan.workers) == 4
+    found, states = scan.collect()
+    assert found == _in_process_scan(tmp_path)
+    assert states == {"s0001.tar"} and found[".s0001.tar.part"][1] == 5 and found["link.tar"][0] is False
+
+
+def test_a_failed_scan_worker_changes_nothing_but_who_does_the_work(tmp_path, monkeypatch):
+    _tree(tmp_path, 300)
+    parent = os.getpid()
+    real_lstat = shard_transfer._DirectoryScan._lstat
+
+    def lstat_dies_in_workers(self, names):
+        if os.getpid() != parent:
+            raise OSError(errno.EIO, "simulated")
+        return real_lstat(self, names)
+
+    monkeypatch.setattr(shard_transfer._DirectoryScan, "ENTRIES_PER_WORKER", 50)
+    monkeypatch.setattr(shard_transfer._DirectoryScan, "_lstat", lstat_dies_in_workers)
+    scan = shard_transfer._DirectoryScan(str(tmp_path), 2)
+    assert len(scan.workers) == 2
+    assert scan.collect()[0] == _in_process_scan(tmp_path)
+
+
+def test_an_uncollected_scan_is_closed_without_waiting_on_full_pipes(tmp_path, monkeypatch):
+    # 20,000 entries marshal to far more than a pipe holds: close() must not wait for a worker stuck writing.
+    for index in range(20000):
+        os.close(os.open(str(tmp_path / ("%05d-a-longer-shard-name.tar" % index)), os.O_CREAT | os.O_WRONLY))
+    scan = shard_transfer._DirectoryScan(str(tmp_path), 2)
+    pids = [worker[0] for worker in scan.workers]
+    assert len(pids) == 2
+    time.sleep(0.5)
+
+    def hung(*_):
+        raise AssertionError("close() waited on a worker blocked on its pipe")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        scan.close()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    for pid in pids:
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
 def test_a_second_run_on_a_locked_dest_is_refused(tmp_path, make_shards):
     shards, contents = make_shards({"a.tar": KIB})
     with open(tmp_path / ".shard_fetch.lock", "w") as holder:
@@ -545,6 +614,40 @@ def test_invalid_shards_are_rejected_before_anything_happens(tmp_path, bad, prob
         stage([bad], str(tmp_path / "dest"), **FAST)
     assert problem in str(raised.value)
     assert not (tmp_path / "dest").exists()
+
+
+GOOD_DIGEST = "ab" * 32
+
+
+@pytest.mark.parametrize("position", [0, 1, 2])
+@pytest.mark.parametrize("bad, problem", [
+    ({"name": "", "url": "http://127.0.0.1/x"}, "non-empty string"),
+    ({"name": "a\0.tar", "url": "http://127.0.0.1/x"}, "without '/'"),
+    ({"name": "dir/a.tar", "url": "http://127.0.0.1/x"}, "without '/'"),
+    ({"name": ".hidden.tar", "url": "http://127.0.0.1/x"}, "must not start with '.'"),
+    ({"name": "x" * 300, "url": "http://127.0.0.1/x"}, "is longer than"),
+    ({"name": 7, "url": "http://127.0.0.1/x"}, "non-empty string"),
+    ({"name": "bad.tar", "url": None}, "url must be"),
+    ({"name": "bad.tar", "url": "http://127.0.0.1/x", "size": True}, "size must be"),
+    ({"name": "bad.tar", "url": "http://127.0.0.1/x", "size": 1.5}, "size must be"),
+    ({"name": "bad.tar", "url": "http://127.0.0.1/x", "sha256": "g" * 64}, "sha256 must be"),
+    ({"name": "bad.tar", "url": "http://127.0.0.1/x", "sha256": GOOD_DIGEST + "\n"}, "sha256 must be"),
+    ({"name": "good.tar", "url": "http://127.0.0.1/x"}, "duplicate name"),
+])
+def test_a_bad_shard_anywhere_in_a_long_list_is_named(tmp_path, bad, problem, position):
+    # Valid lists take a list-wide fast path; a bad shard at the start, middle or end must still be caught by it.
+    shards = [{"name": "s%03d.tar" % i, "url": "http://127.0.0.1/%d" % i, "size": i, "sha256": GOOD_DIGEST} for i in range(50)]
+    shards.insert({0: 0, 1: 25, 2: 50}[position], dict(bad))
+    shards.append({"name": "good.tar", "url": "http://127.0.0.1/good"})
+    with pytest.raises(StagingError, match="invalid shard list") as raised:
+        shard_transfer.normalize_shards(shards)
+    assert problem in str(raised.value)
+
+
+def test_uppercase_digests_are_accepted_and_lowered():
+    shards = shard_transfer.normalize_shards([{"name": "a.tar", "url": "file:///a", "sha256": "AB" * 32},
+                                              {"name": "b.tar", "url": "file:///b", "sha256": "ab" * 32}])
+    assert [shard.sha256 for shard in shards] == ["ab" * 32, "ab" * 32]
 
 
 def test_duplicate_names_are_rejected(tmp_path):
