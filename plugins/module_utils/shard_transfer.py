@@ -16,6 +16,7 @@ Run without Ansible: ``python -m <this module> CONFIG.json`` where CONFIG holds 
 arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
 """
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -25,7 +26,6 @@ import itertools
 import json
 import marshal
 import os
-import queue
 import random
 import re
 import socket
@@ -1162,10 +1162,17 @@ class _Transfer(object):
                 break
             if self.limiter:
                 self.limiter.wait(want)
-            count = response.readinto(buffer[:want])
-            if not count:
+            # Fill the buffer before writing: a small shard's body then costs one write and one hash update, not one
+            # for the bytes that came with the response head and another for the rest.
+            filled = 0
+            while filled < want:
+                count = response.readinto(buffer[filled:want])
+                if not count:
+                    break
+                filled += count
+            if not filled:
                 break
-            part.write(buffer[:count])
+            part.write(buffer[:filled])
             if ceiling is not None and part.offset > ceiling:
                 raise _ChecksumError("the source sent more than the expected %d bytes" % ceiling)
         if total is not None and part.offset < total:
@@ -1514,26 +1521,24 @@ class _Run(object):
         return group
 
     def _run_workers(self, tasks, group):
-        todo, done = queue.Queue(), queue.Queue()
-        for task in tasks:
-            todo.put(task)
-        workers = [threading.Thread(target=self._work, args=(todo, done), name="shard-fetch-%d" % index, daemon=True)
+        # Outcomes go into a deque that this thread drains once per tick (the group commit interval) instead of
+        # waking for each of them: with thousands of small shards a wake-up per shard cost more than the shard.
+        todo, done, wake = collections.deque(tasks), collections.deque(), threading.Event()
+        workers = [threading.Thread(target=self._work, args=(todo, done, wake), name="shard-fetch-%d" % index, daemon=True)
                    for index in range(min(self.settings["concurrency"], len(tasks)))]
         for worker in workers:
-            todo.put(None)
             worker.start()
         interval = self.settings["journal_interval"]
+        tick = self.settings["commit_interval"]
         next_save = time.monotonic() + interval
         remaining = len(tasks)
         while remaining or (group is not None and group.pending):
-            wait = interval if group is None or not group.pending else min(interval, group.seconds_left())
-            outcome = None
             if remaining:
-                try:
-                    outcome = done.get(timeout=wait) if wait > 0 else done.get_nowait()
-                except queue.Empty:
-                    pass
-            if outcome is not None:
+                left = group.seconds_left() if group is not None and group.pending else None
+                wake.wait(tick if left is None else min(tick, left))
+                wake.clear()
+            while done:
+                outcome = done.popleft()
                 remaining -= 1
                 if outcome.part is not None:
                     group.add(outcome)
@@ -1548,23 +1553,24 @@ class _Run(object):
         for worker in workers:
             worker.join()
 
-    def _work(self, todo, done):
+    def _work(self, todo, done, wake):
         transfer = self.transfer
         conns = transfer._local.conns = _Connections(self.settings["timeout"], transfer.ssl_context)
         try:
             while True:
-                task = todo.get()
-                if task is None:
+                try:
+                    shard, expected = todo.popleft()
+                except IndexError:
                     return
-                shard, expected = task
                 try:
                     outcome = transfer.process(shard, expected, conns)
                 except Exception as exc:  # pylint: disable=broad-except
                     # A bug must cost one shard, not hang the run waiting for its outcome.
                     outcome = transfer._failure(shard, "internal error: %r" % exc)
-                done.put(outcome)
+                done.append(outcome)
         finally:
             conns.close()
+            wake.set()
 
     def _apply(self, outcome):
         counts = self.counts
