@@ -31,3 +31,12 @@ def platform_file(role, distribution, major, os_family):
         if (role / "vars" / name).exists():
             return role / "vars" / name
     raise AssertionError("no vars file for %s %s in %s" % (distribution, major, role))
+
+
+def role_vars(role, distribution, major, os_family):
+    """The role's defaults, its vars/main.yml, then the platform file its tasks include on top."""
+    variables = {}
+    variables.update(load(role / "defaults" / "main.yml"))
+    variables.update(load(role / "vars" / "main.yml"))
+    variables.update(load(platform_file(role, distribution, major, os_family)))
+    return variables

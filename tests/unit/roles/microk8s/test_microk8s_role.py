@@ -19,7 +19,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import trust
+from role_vars import load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
 MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
@@ -39,8 +39,8 @@ microk8s  v1.32.3  8148   1.32/stable    canonical\u2713  classic,held"""
 
 def role_templar(host="dgx01", **overrides):
     variables = {}
-    variables.update(trust(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())))
-    variables.update(trust(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())))
+    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update({
         "playbook_dir": "/srv/playbooks",
         "inventory_hostname": host,

@@ -16,7 +16,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load, trust
+from role_vars import role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_container_toolkit"
 
@@ -30,10 +30,7 @@ PLATFORMS = {
 
 def role_templar(platform, architecture="x86_64", resolved=None, **overrides):
     distribution, major, os_family, codename = PLATFORMS[platform]
-    variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
-    variables.update(load(ROLE / "vars" / "main.yml"))
-    variables.update(load(ROLE / "vars" / ("%s.yml" % distribution)))  # first_found: <distribution>.yml
+    variables = role_vars(ROLE, distribution, major, os_family)
     variables.update(trust(overrides))
     variables.update({
         "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,

@@ -19,7 +19,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load, platform_file, trust
+from role_vars import platform_file, role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"
 
@@ -37,10 +37,7 @@ CUDA_KEY_2022 = "EB693B3035CD5710E231E123A4B469963BF863CC"
 
 def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_version="", **overrides):
     distribution, major, os_family, kernel = PLATFORMS[platform]
-    variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
-    variables.update(load(ROLE / "vars" / "main.yml"))  # role vars, then include_vars on top (higher precedence)
-    variables.update(load(platform_file(ROLE, distribution, major, os_family)))
+    variables = role_vars(ROLE, distribution, major, os_family)
     variables.update(trust(overrides))
     variables.update({
         "ansible_facts": {"distribution": distribution, "distribution_major_version": major, "os_family": os_family,
