@@ -6,7 +6,10 @@ set -euo pipefail
 
 release=${1:?usage: build-image.sh bookworm|trixie}
 repo=dlinfra-test/debian
-packages=python3,python3-apt,python3-debian,systemd,systemd-sysv,sudo,ca-certificates,gnupg,iproute2,pciutils
+# What a minimal Debian server install holds (no task selected) and nothing more: every role brings what it uses,
+# so a check-mode run and a converge on these images see what they would see on a freshly installed server.
+# iproute2 (priority important, on every installed server) gives Ansible its network facts.
+packages=python3,systemd,systemd-sysv,sudo,iproute2
 
 recipe_hash=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-12)
 tag="$repo:$release-$recipe_hash"
@@ -25,10 +28,7 @@ if [ -z "$mirror" ]; then
 fi
 [ -n "$mirror" ] || { echo "build-image: no Debian mirror found in the host's apt sources" >&2; exit 1; }
 
-command -v debootstrap >/dev/null || {
-  [ "$(id -u)" -eq 0 ] || { echo "build-image: debootstrap is missing: sudo apt-get install debootstrap" >&2; exit 1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
-}
+command -v debootstrap >/dev/null || { echo "build-image: debootstrap is missing: run build-images.sh (it installs it once)" >&2; exit 1; }
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-$release.XXXXXX")
 trap 'rm -rf "$root"' EXIT
