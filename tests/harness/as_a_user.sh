@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# `make test` stage "as-a-user": the README's "Use it", literally, as a user with no clone would run it.
+#   1. build the tarball; make a fresh venv holding only the pinned ansible-core; HOME is an empty directory
+#      (a controller that has never run us); the working directory is an empty directory outside the clone;
+#   2. `ansible-galaxy collection install` the tarball and its declared dependencies (Galaxy is unreachable here:
+#      --offline, from the artifacts dependency_tarballs.py makes of the `ansible` package's copies);
+#   3. get the starter inventory with the README's command; a site run against it unedited (hosts that do not
+#      exist) must fail, and so must one against an inventory with no hosts;
+#   4. against the simulated lab, fresh (tests/harness/demo.sh lab: containers from the minimal images, the store and
+#      its vendor stand-ins, no site.yml run): site --check stops where check mode cannot work, the installed
+#      dlinfra.gpu_cluster.site converges, and a second run changes nothing on any host.
+# The lab's inventory is inventories/sim, copied out of the clone: it stands in for the user's edited starter
+# inventory. Its transport (community.docker's docker connection) is the lab's, not the collection's dependency,
+# so it is installed on a separate collections path.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+cache=$repo/.cache/as-a-user
+rm -rf "$cache"
+mkdir -p "$cache/dist" "$cache/deps"
+work=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-user.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+step() { echo; echo "as-a-user: $*"; }
+fail() { echo "as-a-user: FAILED: $*" >&2; exit 1; }
+
+step "build the collection"
+.venv/bin/ansible-galaxy collection build --force --output-path "$cache/dist" >/dev/null
+tarball=$(ls "$cache/dist"/dlinfra-gpu_cluster-*.tar.gz)
+mapfile -t deps < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps")
+mapfile -t transport < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps" community.docker)
+
+core=$(grep -E '^ansible-core==' requirements.txt)
+step "a fresh venv with only $core"
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install --disable-pip-version-check -q "$core" >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; fail "pip install $core"; }
+extra=$("$work/venv/bin/pip" list --format=freeze --disable-pip-version-check | grep -viE '^(ansible-core|cryptography|cffi|pycparser|jinja2|markupsafe|packaging|pyyaml|resolvelib|pip|setuptools)==' || true)
+[ -z "$extra" ] || fail "the user's venv holds more than ansible-core and its requirements: $extra"
+
+# From here on: the user's shell. No clone, no .venv, no ansible.cfg, a HOME that has never run Ansible.
+mkdir -p "$work/home" "$work/user"
+cd "$work/user"
+export HOME=$work/home PATH="$work/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+unset ANSIBLE_CONFIG ANSIBLE_COLLECTIONS_PATH ANSIBLE_COLLECTIONS_PATHS ANSIBLE_ROLES_PATH
+
+step "ansible-galaxy collection install (the tarball and its declared dependencies, offline)"
+ansible-galaxy collection install --offline "$tarball" "${deps[@]}"
+ansible-galaxy collection list
+ansible-galaxy collection verify --offline dlinfra.gpu_cluster
+installed=$HOME/.ansible/collections/ansible_collections/dlinfra/gpu_cluster
+[ -d "$installed" ] || fail "the collection is not in the user's default collections path"
+for clone_only in ansible.cfg collections Makefile molecule tests inventories/sim; do
+  [ ! -e "$installed/$clone_only" ] || fail "the installed collection ships $clone_only, which only makes sense in a clone"
+done
+
+step "get the starter inventory, as the README says"
+ansible-playbook dlinfra.gpu_cluster.init_inventory -e dest=inventories/lab
+[ -f inventories/lab/hosts.yml ] && [ -d inventories/lab/group_vars ] || fail "init_inventory wrote no inventory"
+
+step "site against the unedited starter inventory (its hosts do not exist): must fail"
+if ansible-playbook dlinfra.gpu_cluster.site -i inventories/lab >"$work/unedited.log" 2>&1; then
+  cat "$work/unedited.log"; fail "site exited 0 against hosts that do not exist"
+fi
+grep -q "UNREACHABLE" "$work/unedited.log" || { tail -n 30 "$work/unedited.log"; fail "site failed, but not on the unreachable hosts"; }
+
+step "site against an inventory with no hosts: must fail naming the groups"
+if ansible-playbook dlinfra.gpu_cluster.site -i inventories/missing >"$work/empty.log" 2>&1; then
+  cat "$work/empty.log"; fail "site exited 0 with no hosts"
+fi
+grep -q "empty or missing here: gpu_cluster" "$work/empty.log" || { cat "$work/empty.log"; fail "no message naming the groups"; }
+
+step "the simulated lab, fresh"
+(cd "$repo" && tests/harness/demo.sh down >/dev/null && tests/harness/demo.sh lab)
+cp -r "$repo/inventories/sim" inventories/sim
+ansible-galaxy collection install --offline -p "$work/transport" "${transport[@]}" >/dev/null
+export ANSIBLE_COLLECTIONS_PATH=$HOME/.ansible/collections:$work/transport
+lab=(-i inventories/sim -e "staging_fixture_dir=$repo/.cache/demo/datasets" -e "vendor_fixture_dir=$repo/.cache/demo/vendor")
+
+step "site --check on fresh hosts: stops where check mode cannot simulate package changes"
+if ansible-playbook dlinfra.gpu_cluster.site "${lab[@]}" --check >"$work/check.log" 2>&1; then
+  fail "site --check passed on hosts without python3-apt"
+fi
+grep -q "check mode cannot simulate package changes on this host: python3-apt is not" "$work/check.log" \
+  || { tail -n 40 "$work/check.log"; fail "site --check failed, but not with preflight's message"; }
+
+recap() {  # the PLAY RECAP lines of a log, and the number of hosts with changes or failures
+  sed -n '/^PLAY RECAP/,$p' "$1" | grep -E 'ok=' || true
+}
+
+step "dlinfra.gpu_cluster.site converges the lab"
+started=$(date +%s)
+ansible-playbook dlinfra.gpu_cluster.site "${lab[@]}" >"$work/converge.log" 2>&1 || { tail -n 60 "$work/converge.log"; fail "the first site run failed"; }
+echo "as-a-user: first run $(( $(date +%s) - started )) s"
+recap "$work/converge.log"
+recap "$work/converge.log" | grep -qE 'changed=[1-9]' || fail "the first run on fresh hosts changed nothing"
+
+step "a second run changes nothing"
+started=$(date +%s)
+ansible-playbook dlinfra.gpu_cluster.site "${lab[@]}" >"$work/again.log" 2>&1 || { tail -n 60 "$work/again.log"; fail "the second site run failed"; }
+echo "as-a-user: second run $(( $(date +%s) - started )) s"
+recap "$work/again.log"
+if recap "$work/again.log" | grep -E 'changed=[1-9]|failed=[1-9]|unreachable=[1-9]'; then
+  grep -E '^(changed|TASK)' "$work/again.log" | grep -B1 '^changed' >&2 || true
+  fail "the second run changed the hosts above"
+fi
+echo "as-a-user: passed"
