@@ -68,6 +68,10 @@ def test_parse_enabled(text, expected):
         "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-3c8e1f4a-9b2d-6e7f-a1c3-5d4b8e2f0a19",
         "pci_bus_id": "00000000:18:00.0", "memory_total_mib": 81559, "persistence_mode": True,
         "mig_mode_current": True, "mig_mode_pending": True, "mig_device_count": 2, "fabric_state": "Completed", "fabric_status": "Success"}),
+    ("h100_80gb_hbm3_single_580_capture.xml", "580.159.04", "13.0", 1, {
+        "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-00000000-1111-2222-3333-444444444444",
+        "pci_bus_id": "00000000:00:06.0", "memory_total_mib": 81559, "persistence_mode": True,
+        "mig_mode_current": False, "mig_mode_pending": False, "mig_device_count": 0, "fabric_state": None, "fabric_status": None}),
 ])
 def test_parse_nvidia_smi_xml_reads_each_model(fixture, driver, cuda, count, first):
     report = parse_nvidia_smi_xml(fixture_text(fixture))
