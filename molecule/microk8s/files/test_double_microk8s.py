@@ -13,7 +13,18 @@ output formats (taken from MicroK8s' wrappers: status.py, add_token.py, join.py)
   join IP:PORT/TOKEN[/CHECK] [--worker] | leave | remove-node NAME [--force]
   enable ADDON [ARGS...] | disable ADDON | config
   kubectl get nodes|node [NAME] -o json | kubectl get KIND NAME -n NS -o json
-  kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE
+  kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE [--dry-run=server|client|none]
+
+`kubectl apply --dry-run=server` checks each object as the API server would before storing it (known kind and
+apiVersion, a DNS-1123 name, a pod template with named containers that have images, a Job's restartPolicy, whole
+nvidia.com/gpu limits, volume mounts naming a volume), answers "<resource> created (server dry run)" or kubectl's
+"The Job "x" is invalid: <field>: <reason>" (exit 1), and stores nothing. It does not know every field's schema:
+the collection's unit tests validate the manifests against the Kubernetes schemas (kubernetes-validate).
+
+Nodes carry `status.capacity` / `status.allocatable`: the node's CPUs and memory, and `nvidia.com/gpu` (the NVIDIA
+GPUs on its PCI bus: under /srv/fake-sysfs, the tests' fake sysfs, when that exists, else /sys) once a GPU
+mechanism serves the node: the nvidia addon enabled, or the device plugin DaemonSet whose nodeSelector the node's
+labels match, as the real device plugin advertises GPUs only where it runs.
 
 A worker (joined with --worker, marked by /var/snap/microk8s/current/var/lock/clustered.lock as in MicroK8s)
 refuses the cluster-wide commands, as the real one does. Every join token ever issued is kept in the state's
@@ -31,6 +42,9 @@ import sys
 import time
 
 SHARED = "/srv/microk8s-test-double"
+# The tests' fake sysfs (molecule/microk8s and the simulated lab make one on GPU nodes), else the host's own.
+SYSFS_ROOTS = ("/srv/fake-sysfs", "/sys")
+DEVICE_PLUGIN = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
 STATE = SHARED + "/cluster.json"
 LOCAL = "/var/snap/microk8s/current"
 WORKER_LOCK = LOCAL + "/var/lock/clustered.lock"
@@ -103,6 +117,33 @@ def snap_version():
         return re.search(r"^version: *(\S+)", handle.read(), re.MULTILINE).group(1)
 
 
+def read_first_line(path):
+    try:
+        with open(path) as handle:
+            return handle.readline().strip()
+    except OSError:
+        return ""
+
+
+def local_gpus():
+    """NVIDIA GPUs on this node's PCI bus: vendor 0x10de, class 0x03xxxx (display controllers)."""
+    root = next((r for r in SYSFS_ROOTS if os.path.isdir(r + "/bus/pci/devices")), None)
+    if root is None:
+        return 0
+    devices = root + "/bus/pci/devices"
+    return sum(1 for entry in os.listdir(devices)
+               if read_first_line(os.path.join(devices, entry, "vendor")) == "0x10de"
+               and read_first_line(os.path.join(devices, entry, "class")).startswith("0x03"))
+
+
+def local_memory_kib():
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1])
+    return 0
+
+
 def new_node(role):
     labels = {
         "beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -110,7 +151,8 @@ def new_node(role):
         "node.kubernetes.io/microk8s-%s" % role: "microk8s-%s" % role,
     }
     return {"address": node_address(), "role": role, "labels": labels, "ready": True, "version": snap_version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "cpus": os.cpu_count() or 1, "memory_kib": local_memory_kib(), "gpus": local_gpus()}
 
 
 def local_cluster(state):
@@ -404,10 +446,28 @@ def cmd_config(args):
 
 # ---- kubectl -----------------------------------------------------------------------------------------------
 
-def node_object(name, node):
+def gpus_served(node, cluster):
+    """nvidia.com/gpu the node advertises: its GPUs, where the nvidia addon or the device plugin serves it."""
+    if not node.get("gpus"):
+        return 0
+    if cluster["addons"].get("nvidia", {}).get("status") == "enabled":
+        return node["gpus"]
+    plugin = cluster["objects"].get(DEVICE_PLUGIN)
+    if plugin is not None:
+        selector = plugin["spec"]["template"]["spec"].get("nodeSelector") or {}
+        if all(node["labels"].get(key) == value for key, value in selector.items()):
+            return node["gpus"]
+    return 0
+
+
+def node_object(name, node, cluster):
     conditions = [{"type": "Ready", "status": "True" if node["ready"] else "Unknown",
                    "reason": "KubeletReady" if node["ready"] else "NodeStatusUnknown",
                    "lastHeartbeatTime": node["created"], "lastTransitionTime": node["created"]}]
+    resources = {"cpu": str(node.get("cpus", 1)), "memory": "%dKi" % node.get("memory_kib", 0), "pods": "110"}
+    gpus = gpus_served(node, cluster)
+    if gpus:
+        resources["nvidia.com/gpu"] = str(gpus)
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": node["labels"], "creationTimestamp": node["created"],
@@ -416,6 +476,7 @@ def node_object(name, node):
         "status": {
             "addresses": [{"type": "InternalIP", "address": node["address"]}, {"type": "Hostname", "address": name}],
             "conditions": conditions,
+            "capacity": dict(resources), "allocatable": dict(resources),
             "nodeInfo": {"kubeletVersion": node["version"], "kubeProxyVersion": node["version"],
                          "containerRuntimeVersion": "containerd://1.7.27", "operatingSystem": "linux",
                          "architecture": "amd64"},
@@ -441,7 +502,7 @@ def kubectl_get(args, cluster):
     kind = args[0]
     names = args[1:]
     if kind in ("nodes", "node", "no"):
-        items = [node_object(n, cluster["nodes"][n]) for n in sorted(cluster["nodes"]) if not names or n in names]
+        items = [node_object(n, cluster["nodes"][n], cluster) for n in sorted(cluster["nodes"]) if not names or n in names]
         missing = [n for n in names if n not in cluster["nodes"]]
         if missing:
             die('Error from server (NotFound): nodes "%s" not found' % missing[0])
@@ -480,11 +541,72 @@ def kubectl_label(args, cluster):
     out("node/%s %s" % (name, "labeled" if node["labels"] != before else "not labeled"))
 
 
+# The kinds this double's API server serves: apiVersion -> kinds, and where each keeps its pod template.
+KINDS = {
+    "v1": ("Pod", "Namespace", "ConfigMap", "Service", "ServiceAccount"),
+    "batch/v1": ("Job",),
+    "apps/v1": ("DaemonSet", "Deployment"),
+}
+POD_SPEC_PATH = {"Pod": ("spec",), "Job": ("spec", "template", "spec"), "DaemonSet": ("spec", "template", "spec"),
+                 "Deployment": ("spec", "template", "spec")}
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def invalid_fields(obj):
+    """(field, reason) pairs the API server would reject the object for (a subset of its validation)."""
+    problems = []
+    name = obj["metadata"].get("name", "")
+    if not name:
+        problems.append(("metadata.name", "Required value"))
+    elif len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        problems.append(("metadata.name", 'Invalid value: "%s": a lowercase RFC 1123 subdomain must consist of lower '
+                         "case alphanumeric characters, '-' or '.'" % name))
+    path = POD_SPEC_PATH.get(obj["kind"])
+    if path is None:
+        return problems
+    spec = obj
+    for step in path:
+        spec = spec.get(step) if isinstance(spec, dict) else None
+    prefix = ".".join(path)
+    if not isinstance(spec, dict):
+        return problems + [(prefix, "Required value")]
+    containers = spec.get("containers") or []
+    if not containers:
+        problems.append((prefix + ".containers", "Required value"))
+    volumes = {volume.get("name") for volume in spec.get("volumes") or []}
+    for index, container in enumerate(containers):
+        field = "%s.containers[%d]" % (prefix, index)
+        if not DNS1123_LABEL.match(str(container.get("name", ""))):
+            problems.append((field + ".name", "Required value" if not container.get("name") else "Invalid value"))
+        if not container.get("image"):
+            problems.append((field + ".image", "Required value"))
+        resources = container.get("resources") or {}
+        limit = (resources.get("limits") or {}).get("nvidia.com/gpu")
+        request = (resources.get("requests") or {}).get("nvidia.com/gpu")
+        if limit is not None and not str(limit).isdigit():
+            problems.append((field + '.resources.limits[nvidia.com/gpu]', 'Invalid value: "%s": must be an integer' % limit))
+        if request is not None and request != limit:
+            problems.append((field + '.resources.requests[nvidia.com/gpu]',
+                             'Invalid value: "%s": must be equal to nvidia.com/gpu limit' % request))
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") not in volumes:
+                problems.append((field + ".volumeMounts.name", 'Not found: "%s"' % mount.get("name")))
+    if obj["kind"] == "Job" and spec.get("restartPolicy") not in ("Never", "OnFailure"):
+        problems.append((prefix + ".restartPolicy", 'Unsupported value: "%s": supported values: "OnFailure", "Never"'
+                         % spec.get("restartPolicy")))
+    return problems
+
+
 def kubectl_apply(args, cluster):
-    # PyYAML from the controller, zipped by the scenario's prepare (pure Python through zipimport).
+    # PyYAML: from the Debian package python3-yaml (the fixture package snapd-test-double depends on it), or from the
+    # controller, zipped by the microk8s scenario's prepare (pure Python through zipimport).
     sys.path.insert(0, "/usr/local/lib/test-double/pyyaml.zip")
     import yaml  # pylint: disable=import-outside-toplevel
 
+    dry_run = take(args, "--dry-run", default="none")
+    if dry_run not in ("none", "server", "client"):
+        die('error: Invalid dry-run value (%s). Must be "none", "server", or "client".' % dry_run)
     path = take(args, "-f", "--filename")
     with open(path) as handle:
         documents = [d for d in yaml.safe_load_all(handle) if d]
@@ -492,11 +614,21 @@ def kubectl_apply(args, cluster):
         for field in ("apiVersion", "kind", "metadata"):
             if field not in obj:
                 die("error: error validating \"%s\": error validating data: %s not set" % (path, field))
+        if obj["kind"] not in KINDS.get(obj["apiVersion"], ()):
+            die('error: resource mapping not found for name: "%s" namespace: "" from "%s": no matches for kind "%s" in '
+                'version "%s"\nensure CRDs are installed first' % (obj["metadata"].get("name", ""), path, obj["kind"],
+                                                                   obj["apiVersion"]))
+        problems = invalid_fields(obj) if dry_run != "client" else []
+        if problems:
+            die('The %s "%s" is invalid: %s' % (obj["kind"], obj["metadata"].get("name", ""),
+                                                 ", ".join("%s: %s" % problem for problem in problems)))
         key = object_key(obj)
         previous = cluster["objects"].get(key)
-        cluster["objects"][key] = obj
         verb = "created" if previous is None else ("unchanged" if previous == obj else "configured")
-        out("%s %s" % (resource_name(obj), verb))
+        if dry_run == "none":
+            cluster["objects"][key] = obj
+        out("%s %s%s" % (resource_name(obj), verb, {"none": "", "server": " (server dry run)",
+                                                    "client": " (dry run)"}[dry_run]))
 
 
 def cmd_kubectl(args):

@@ -11,9 +11,12 @@ with snap's own output formats:
   snap ack FILE.assert ; snap install [--classic] [--dangerous] ./NAME_REV.snap   (offline)
   snap refresh --hold[=DURATION] NAME | snap refresh --unhold NAME | snap refresh [--channel CH] NAME
 
-Installing microk8s copies the microk8s test double (test_double_microk8s.py, placed by prepare under
-/usr/local/lib/test-double/) to /snap/microk8s/<rev>/ and links /snap/bin/microk8s, as snapd would, and creates
-the `microk8s` group like the snap's install hook. State lives in /var/lib/snapd/test-double-state.json.
+Installing microk8s copies the microk8s test double (test_double_microk8s.py, placed next to this file under
+../lib/test-double/: /usr/local/lib/test-double/ by the microk8s scenario's prepare, /usr/lib/test-double/ by the
+fixture package snapd-test-double of the simulated lab, tests/fixtures/test_doubles/) to /snap/microk8s/<rev>/
+and links /snap/bin/microk8s, as snapd would; like the snap's install hook it creates the `microk8s` group and,
+when the payload directory holds one, the default args/containerd-template.toml. State lives in
+/var/lib/snapd/test-double-state.json.
 """
 
 import base64
@@ -27,7 +30,9 @@ import subprocess
 import sys
 
 STATE = "/var/lib/snapd/test-double-state.json"
-PAYLOAD = "/usr/local/lib/test-double/microk8s"
+# The microk8s double and the snap's default files: <prefix>/lib/test-double/ for this file at <prefix>/bin/snap.
+PAYLOAD_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "lib", "test-double")
+PAYLOAD = os.path.join(PAYLOAD_DIR, "microk8s")
 # The store's microk8s tracks this double serves: channel -> (version, revision).
 STORE = {
     "microk8s": {
@@ -84,6 +89,7 @@ def place_payload(name, version, revision):
     """What snapd does on install: the snap's files under /snap/NAME/REV, `current`, and the /snap/bin command."""
     root = "/snap/%s/%s" % (name, revision)
     os.makedirs(root + "/meta", exist_ok=True)
+    os.makedirs(root + "/bin", exist_ok=True)  # the real snap's own binaries (containerd, ctr) live here; none in the double
     with open(root + "/meta/snap.yaml", "w") as handle:
         handle.write("name: %s\nversion: %s\nconfinement: classic\n" % (name, version))
     shutil.copy(PAYLOAD, root + "/microk8s")
@@ -96,6 +102,12 @@ def place_payload(name, version, revision):
     if not os.path.lexists("/snap/bin/microk8s"):
         os.symlink(current + "/microk8s", "/snap/bin/microk8s")
     os.makedirs("/var/snap/%s/current" % name, exist_ok=True)
+    # The install hook puts the snap's default arguments in $SNAP_DATA/args once; later installs keep the admin's.
+    template = os.path.join(PAYLOAD_DIR, "containerd-template.toml")
+    target = "/var/snap/%s/current/args/containerd-template.toml" % name
+    if os.path.exists(template) and not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy(template, target)
     # The microk8s snap's install hook creates the group that may run it without sudo.
     subprocess.run(["groupadd", "--force", "--system", name], check=True)
 

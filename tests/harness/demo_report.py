@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Print the closing report of `make demo` from the report.json that demo_report.yml wrote.
+
+Short, aligned tables: the Kubernetes nodes, the staged datasets, the conda environments, and the GPU job tried
+with a server-side dry run.
+"""
+import json
+import os
+import sys
+
+
+def table(rows, indent="  "):
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(indent + "  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+                     for row in rows)
+
+
+def size(count):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return ("%d %s" % (count, unit)) if unit == "B" else ("%.1f %s" % (count, unit))
+        count /= 1024.0
+    return str(count)
+
+
+def node_rows(nodes):
+    rows = [("NODE", "ROLE", "READY", "nvidia.com/gpu.present", "ALLOCATABLE nvidia.com/gpu")]
+    for node in nodes:
+        labels = node["metadata"].get("labels", {})
+        role = "control-plane" if "node.kubernetes.io/microk8s-controlplane" in labels else "worker"
+        ready = next((c["status"] for c in node["status"].get("conditions", []) if c["type"] == "Ready"), "Unknown")
+        gpus = node["status"].get("allocatable", {}).get("nvidia.com/gpu", "-")
+        rows.append((node["metadata"]["name"], role, ready, labels.get("nvidia.com/gpu.present", "-"), gpus))
+    return rows
+
+
+def main(path):
+    with open(path) as handle:
+        report = json.load(handle)
+    here = os.getcwd()
+    cluster = report["cluster"]
+    nodes = cluster["nodes"]
+    version = nodes[0]["status"]["nodeInfo"]["kubeletVersion"] if nodes else "?"
+    gpu_mechanism = ("nvidia addon" if cluster["addons"].get("nvidia") == "enabled" else "device plugin / none")
+    print("Kubernetes: MicroK8s %s, cluster %s, %d nodes, GPUs through the %s"
+          % (version, cluster["cluster"] or "-", len(nodes), gpu_mechanism))
+    print(table(node_rows(nodes)))
+
+    print("\nStaged datasets")
+    rows = [("DATASET", "NODE", "SHARDS", "BYTES", "DIRECTORY")]
+    notes = []
+    for dataset in report["datasets"]:
+        name = dataset["name"]
+        per_node = {host: next(s for s in staged if s["dataset"] == name) for host, staged in report["staged"].items()}
+        for host, staged in sorted(per_node.items()):
+            rows.append((name, host, len(staged["shards"]), size(staged["bytes"]), staged["dir"]))
+        unique = set().union(*(set(s["shards"]) for s in per_node.values()))
+        copies = sum(len(s["shards"]) for s in per_node.values())
+        first = next(iter(per_node.values()))
+        ranks = [p for p in first["handover"] if os.path.basename(os.path.dirname(p)) == "ranks"]
+        notes.append("%s: %d shards, %s cop%s each (%s, replicas %s); on each node %s/shards.txt (local paths), "
+                     "sources.txt and ranks/rank-NNNN.txt (%d per node)"
+                     % (name, len(unique), "%.3g" % (copies / len(unique)) if unique else 0,
+                        "y" if unique and copies == len(unique) else "ies", dataset.get("mode", "auto"),
+                        dataset.get("replicas", 1), first["dir"], len(ranks)))
+    print(table(rows))
+    for note in notes:
+        print("  " + note)
+
+    print("\nConda environments")
+    rows = [("NODE", "CONDA", "PREFIX", "ENVIRONMENTS")]
+    for host, conda in sorted(report["conda"].items()):
+        envs = ["base" if env == conda["prefix"] else os.path.basename(env) for env in conda["envs"]]
+        rows.append((host, "%s (%s)" % (conda["conda"], conda["flavor"].strip()), conda["prefix"], ", ".join(envs)))
+    print(table(rows))
+
+    job = cluster["job"]
+    print("\nGPU job for %s (dlinfra.gpu_cluster.k8s_gpu_job): %s"
+          % (job["dataset"], os.path.relpath(job["manifest"], here) if job["manifest"].startswith(here) else job["manifest"]))
+    print("  $ %s\n%s" % (job["command"], "\n".join("  " + line for line in job["output"].splitlines())))
+    return 0 if str(job["rc"]) == "0" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
