@@ -157,12 +157,13 @@ def test_snap_list_gives_the_hold_and_the_installed_revisions():
     assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": []}), "__microk8s_held") is False
 
 
-def test_offline_pairs_resolve_relative_paths_from_the_playbook_directory():
-    templar = role_templar(microk8s_offline_snaps=[
+def test_offline_pairs_resolve_relative_paths_from_the_inventory_directory():
+    # Not playbook_dir: for dlinfra.gpu_cluster.microk8s installed from Galaxy, that is inside the collection.
+    templar = role_templar(inventory_dir="/srv/inventory", microk8s_offline_snaps=[
         {"snap": "files/core20_2501.snap", "assert": "files/core20_2501.assert"},
         {"snap": "/mirror/microk8s_8148.snap", "assert": "/mirror/microk8s_8148.assert"},
     ])
     assert resolve(templar, "__microk8s_offline") == [
-        ["/srv/playbooks/files/core20_2501.snap", "/srv/playbooks/files/core20_2501.assert"],
+        ["/srv/inventory/files/core20_2501.snap", "/srv/inventory/files/core20_2501.assert"],
         ["/mirror/microk8s_8148.snap", "/mirror/microk8s_8148.assert"],
     ]
