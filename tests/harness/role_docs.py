@@ -5,12 +5,81 @@
   role_docs.py --write   regenerate the README tables from the specs
 """
 import pathlib
+import re
 import sys
 
 import yaml
+from antsibull_docs_parser import parser
+from antsibull_docs_parser.format import Formatter, format_paragraphs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- BEGIN VARIABLES (generated from meta/argument_specs.yml) -->", "<!-- END VARIABLES -->"
+
+
+def code(text):
+    """A Markdown code span; one that holds backticks is fenced with more of them. An empty string shows as ''."""
+    text = str(text)
+    if text == "":
+        return "`''`"
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" else ""
+    return fence + pad + text + pad + fence
+
+
+class MarkdownCell(Formatter):
+    """Ansible's documentation markup (C(), I(), B(), V(), O(), RV(), E(), M(), P(), U(), L(), R(), HORIZONTALLINE)
+    as the Markdown a README table cell holds: code spans, emphasis and links, no HTML and no escaped punctuation."""
+
+    def format_error(self, part):
+        raise ValueError(part.message)
+
+    def format_bold(self, part):
+        return "**%s**" % part.text
+
+    def format_code(self, part):
+        return code(part.text)
+
+    def format_horizontal_line(self, part):
+        return " "
+
+    def format_italic(self, part):
+        return "*%s*" % part.text
+
+    def format_link(self, part):
+        return "[%s](%s)" % (part.text, part.url)
+
+    def format_module(self, part, url):
+        return code(part.fqcn)
+
+    def format_rst_ref(self, part):
+        return part.text
+
+    def format_url(self, part):
+        return "<%s>" % part.url
+
+    def format_text(self, part):
+        return part.text
+
+    def format_env_variable(self, part):
+        return code(part.name)
+
+    def format_option_name(self, part, url):
+        return code(part.name if part.value is None else "%s=%s" % (part.name, part.value))
+
+    def format_option_value(self, part):
+        return code(part.value)
+
+    def format_plugin(self, part, url):
+        return code(part.plugin.fqcn)
+
+    def format_return_value(self, part, url):
+        return code(part.name if part.value is None else "%s=%s" % (part.name, part.value))
+
+
+def markup(text):
+    """A description (a string or a list of paragraphs) with its Ansible markup rendered to Markdown, on one line."""
+    paragraphs = parser.parse(text, parser.Context(), errors="exception")
+    return format_paragraphs(paragraphs, MarkdownCell(), par_sep=" ").strip()
 
 
 def load(path):
@@ -30,13 +99,11 @@ def table(options):
     rows = ["| Variable | Type | Default | Description |", "| --- | --- | --- | --- |"]
     for name in sorted(options):
         spec = options[name]
-        description = spec.get("description", "")
-        if isinstance(description, list):
-            description = " ".join(description)
+        description = markup(spec.get("description", ""))
         shown = yaml.safe_dump(spec.get("default"), default_flow_style=True, width=10**6).strip().removesuffix("\n...")
-        default = "(required)" if spec.get("required") else "`%s`" % shown
+        default = "(required)" if spec.get("required") else code(shown)
         if "choices" in spec:
-            description += " Choices: %s." % ", ".join("`%s`" % c for c in spec["choices"])
+            description += " Choices: %s." % ", ".join(code(c) for c in spec["choices"])
         rows.append("| `%s` | %s | %s | %s |" % (name, type_of(spec), cell(default), cell(description)))
     return "\n".join(rows)
 
