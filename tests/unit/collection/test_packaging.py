@@ -2,9 +2,11 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a user gets from Galaxy: the built tarball holds the collection and nothing that only makes sense in a clone,
 galaxy.yml declares exactly the collections the shipped code calls, and the execution-environment metadata names
-exactly the controller-side Python packages the plugins import. Builds the real tarball once (under a second)."""
+exactly the controller-side Python packages the plugins import (tests/harness/ee_check.sh runs ansible-builder on it).
+Builds the real tarball once (under a second)."""
 
 import ast
+import importlib.util
 import pathlib
 import re
 import subprocess
@@ -14,6 +16,8 @@ import tarfile
 import ansible_collections
 import pytest
 import yaml
+from ansible_builder.ee_schema import validate_schema
+from packaging.requirements import Requirement
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 GALAXY = pathlib.Path(sys.executable).with_name("ansible-galaxy")
@@ -63,7 +67,7 @@ def test_the_tarball_ships_what_users_run(tarball):
     roles = {path.name for path in (ROOT / "roles").iterdir() if path.is_dir()}
     assert {name.split("/")[1] for name in names if name.startswith("roles/") and name.count("/") >= 2} == roles
     for needed in ("site.yml", "playbooks/site.yml", "playbooks/init_inventory.yml", "inventories/lab/hosts.yml",
-                   "meta/runtime.yml", "changelogs/changelog.yaml"):
+                   "meta/runtime.yml", "changelogs/changelog.yaml", "meta/execution-environment.yml", "meta/ee-requirements.txt"):
         assert needed in names
 
 
@@ -161,3 +165,33 @@ def test_the_readme_names_the_declared_collections():
     assert sentence, "README's 'Use it' says which ansible-core and collections the collection needs"
     named = set(re.findall(r"`([a-z0-9_]+\.[a-z0-9_]+)`", sentence.group(0)))
     assert named == set(declared), sentence.group(0)
+
+
+def _harness(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "harness" / ("%s.py" % name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_execution_environment_metadata_is_shipped_and_valid(tarball):
+    names = set(tarball[0])
+    definition = yaml.safe_load((ROOT / "meta" / "execution-environment.yml").read_text())
+    validate_schema(definition)  # ansible-builder's own schema check (version 3)
+    assert definition["version"] == 3
+    dependencies = definition["dependencies"]
+    # ansible-builder's introspection reads these as files relative to the collection's root, in the installed copy.
+    assert set(dependencies) <= {"python", "system"}
+    for path in dependencies.values():
+        assert not pathlib.PurePath(path).is_absolute() and (ROOT / path).is_file() and path in names
+    assert "meta/execution-environment.yml" in names
+    assert "requirements.txt" not in names  # the dev venv's pins; introspection would read it without the metadata
+
+
+def test_the_execution_environment_python_requirements_are_what_the_controller_side_imports():
+    definition = yaml.safe_load((ROOT / "meta" / "execution-environment.yml").read_text())
+    lines = [line.split("#", 1)[0].strip() for line in (ROOT / definition["dependencies"]["python"]).read_text().splitlines()]
+    declared = sorted(Requirement(line).name.lower() for line in lines if line)
+    assert declared == _harness("controller_deps").controller_distributions()
+    # No system packages: the controller runs no command of its own, so no bindep.txt.
+    assert "system" not in definition["dependencies"] and not (ROOT / "bindep.txt").exists()
