@@ -1,8 +1,8 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Paths a user owns come from the inventory's directory or the user's home, never from playbook_dir or role_path
-(STYLE 14b): run as dlinfra.gpu_cluster.<role> from a Galaxy install, those point inside the installed collection,
-where a kubeconfig with cluster-admin credentials or a user's environment file has no business being."""
+"""Paths a user owns come from the inventory's directory or the user's home, never from playbook_dir or role_path:
+run as dlinfra.gpu_cluster.<role> from a Galaxy install, those point inside the installed collection, where a
+kubeconfig with cluster-admin credentials or a user's environment file has no business being."""
 
 from __future__ import annotations
 
