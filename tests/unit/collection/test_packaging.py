@@ -67,7 +67,8 @@ def test_the_tarball_ships_what_users_run(tarball):
     roles = {path.name for path in (ROOT / "roles").iterdir() if path.is_dir()}
     assert {name.split("/")[1] for name in names if name.startswith("roles/") and name.count("/") >= 2} == roles
     for needed in ("site.yml", "playbooks/site.yml", "playbooks/init_inventory.yml", "inventories/lab/hosts.yml",
-                   "meta/runtime.yml", "changelogs/changelog.yaml", "meta/execution-environment.yml", "meta/ee-requirements.txt"):
+                   "meta/runtime.yml", "meta/execution-environment.yml", "meta/ee-requirements.txt",
+                   "CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml"):
         assert needed in names
 
 
