@@ -30,7 +30,7 @@ def test_changelog_rst_is_what_antsibull_changelog_generates(tmp_path):
     for name in ("config.yaml", "changelog.yaml"):
         shutil.copy(ROOT / "changelogs" / name, tmp_path / "changelogs")
     tool = pathlib.Path(sys.executable).with_name("antsibull-changelog")
-    result = subprocess.run([str(tool), "generate"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([str(tool), "generate"], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "CHANGELOG.rst").read_text() == (ROOT / "CHANGELOG.rst").read_text(), \
         "CHANGELOG.rst is stale: run antsibull-changelog generate (or release)"

@@ -30,7 +30,7 @@ PLUGIN_DOCS = {"DOCUMENTATION", "EXAMPLES", "RETURN"}
 def tarball(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
     result = subprocess.run([str(GALAXY), "collection", "build", "--output-path", str(out), str(ROOT)],
-                            cwd=out, capture_output=True, text=True, timeout=120)
+                            cwd=out, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     (path,) = out.glob("dlinfra-gpu_cluster-*.tar.gz")
     with tarfile.open(path) as archive:
@@ -48,7 +48,7 @@ SHIPPED_UNDER = {
 
 
 def test_the_tarball_ships_nothing_that_only_makes_sense_in_a_clone(tarball):
-    members, _ = tarball
+    members = tarball[0]
     names = set(members)
     assert "ansible.cfg" not in names  # its collections_path = ./collections points at a link the build leaves out
     unexpected = sorted(
