@@ -16,7 +16,7 @@ PLAYBOOK = pathlib.Path(sys.executable).with_name("ansible-playbook")
 
 
 def run(*args, cwd):
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(cwd))
     return subprocess.run([str(PLAYBOOK), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -43,8 +43,9 @@ def test_the_example_lab_passes_the_check(tmp_path):
 
 
 def test_init_inventory_copies_the_example_lab_and_never_overwrites(tmp_path):
-    dest = tmp_path / "mylab"
-    first = run(str(ROOT / "playbooks" / "init_inventory.yml"), "-e", "dest=%s" % dest, cwd=tmp_path)
+    dest = tmp_path / "inventories" / "mylab"
+    # Relative, as the README writes it: relative to where the command runs.
+    first = run(str(ROOT / "playbooks" / "init_inventory.yml"), "-e", "dest=inventories/mylab", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     example = ROOT / "inventories" / "lab"
     files = sorted(str(path.relative_to(example)) for path in example.rglob("*") if path.is_file())
