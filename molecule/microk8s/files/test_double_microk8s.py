@@ -136,6 +136,12 @@ def local_gpus():
                and read_first_line(os.path.join(devices, entry, "class")).startswith("0x03"))
 
 
+def os_image():
+    with open("/etc/os-release") as handle:
+        fields = dict(line.rstrip("\n").split("=", 1) for line in handle if "=" in line)
+    return fields.get("PRETTY_NAME", "Linux").strip('"')
+
+
 def local_memory_kib():
     with open("/proc/meminfo") as handle:
         for line in handle:
@@ -152,7 +158,8 @@ def new_node(role):
     }
     return {"address": node_address(), "role": role, "labels": labels, "ready": True, "version": snap_version(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "cpus": os.cpu_count() or 1, "memory_kib": local_memory_kib(), "gpus": local_gpus()}
+            "cpus": os.cpu_count() or 1, "memory_kib": local_memory_kib(), "gpus": local_gpus(),
+            "machine_id": read_first_line("/etc/machine-id"), "kernel": os.uname().release, "os_image": os_image()}
 
 
 def local_cluster(state):
@@ -479,7 +486,9 @@ def node_object(name, node, cluster):
             "capacity": dict(resources), "allocatable": dict(resources),
             "nodeInfo": {"kubeletVersion": node["version"], "kubeProxyVersion": node["version"],
                          "containerRuntimeVersion": "containerd://1.7.27", "operatingSystem": "linux",
-                         "architecture": "amd64"},
+                         "architecture": "amd64", "machineID": node.get("machine_id", ""),
+                         "systemUUID": node.get("machine_id", ""), "bootID": node.get("machine_id", ""),
+                         "kernelVersion": node.get("kernel", ""), "osImage": node.get("os_image", "")},
         },
     }
 

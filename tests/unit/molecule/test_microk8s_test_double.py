@@ -1,0 +1,102 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The microk8s TEST DOUBLE's server-side dry run and GPU accounting (molecule/microk8s/files/test_double_microk8s.py).
+
+The cluster scenario and `make demo` rely on them: a manifest the double accepts with --dry-run=server must be one
+the real API server accepts (the k8s_gpu_job filter's output, checked here against the Kubernetes schemas too), a
+broken one must be refused with kubectl's message, and a dry run must store nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
+
+SOURCE = pathlib.Path(__file__).resolve().parents[3] / "molecule" / "microk8s" / "files" / "test_double_microk8s.py"
+SPEC = importlib.util.spec_from_file_location("test_double_microk8s", SOURCE)
+double = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(double)
+
+JOB = k8s_gpu_job("yt8m-train", "nvcr.io/nvidia/pytorch:24.10-py3", command=["nvidia-smi", "-L"], gpus=1,
+                  node_selector={"nvidia.com/gpu.present": "true"}, dataset_host_path="/srv/ssd/yt8m",
+                  backoff_limit=0)
+
+
+def cluster(addon="disabled", plugin_selector=None):
+    state = {"addons": {"nvidia": {"status": addon, "args": []}}, "objects": {}, "nodes": {}}
+    if plugin_selector is not None:
+        state["objects"][double.DEVICE_PLUGIN] = {"spec": {"template": {"spec": {"nodeSelector": plugin_selector}}}}
+    return state
+
+
+def node(gpus, **labels):
+    return {"gpus": gpus, "labels": labels}
+
+
+def test_the_filters_job_is_valid_for_kubernetes_and_for_the_double():
+    kubernetes_validate.validate(JOB, "1.32", strict=True)
+    assert double.invalid_fields(JOB) == []
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda job: job["spec"]["template"]["spec"]["containers"][0].pop("image"),
+     "spec.template.spec.containers[0].image"),
+    (lambda job: job["spec"]["template"]["spec"].update(restartPolicy="Always"), "spec.template.spec.restartPolicy"),
+    (lambda job: job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "0.5"}),
+     "resources.limits[nvidia.com/gpu]"),
+    (lambda job: job["spec"]["template"]["spec"].pop("volumes"), "volumeMounts.name"),
+    (lambda job: job["metadata"].update(name="Not_A_Name"), "metadata.name"),
+    (lambda job: job["spec"]["template"]["spec"].update(containers=[]), "spec.template.spec.containers"),
+])
+def test_broken_manifests_are_refused_naming_the_field(change, field):
+    job = yaml.safe_load(yaml.safe_dump(JOB))
+    change(job)
+    assert any(field in problem[0] for problem in double.invalid_fields(job))
+
+
+def test_server_dry_run_stores_nothing_and_says_so(tmp_path, capsys):
+    manifest = tmp_path / "job.yml"
+    manifest.write_text(yaml.safe_dump(JOB))
+    state = cluster()
+    double.kubectl_apply(["--dry-run=server", "-f", str(manifest)], state)
+    assert capsys.readouterr().out == "job.batch/yt8m-train created (server dry run)\n"
+    assert state["objects"] == {}
+    double.kubectl_apply(["-f", str(manifest)], state)
+    assert list(state["objects"]) == ["Job/default/yt8m-train"]
+
+
+def test_an_invalid_object_exits_with_kubectls_message(tmp_path, capsys):
+    job = yaml.safe_load(yaml.safe_dump(JOB))
+    del job["spec"]["template"]["spec"]["containers"][0]["image"]
+    manifest = tmp_path / "job.yml"
+    manifest.write_text(yaml.safe_dump(job))
+    with pytest.raises(SystemExit) as exit_:
+        double.kubectl_apply(["--dry-run=server", "-f", str(manifest)], cluster())
+    assert exit_.value.code == 1
+    assert capsys.readouterr().out.startswith('The Job "yt8m-train" is invalid: spec.template.spec.containers[0].image: '
+                                              "Required value")
+
+
+@pytest.mark.parametrize("state, the_node, served", [
+    (cluster(), node(1, **{"nvidia.com/gpu.present": "true"}), 0),  # no GPU mechanism yet
+    (cluster(addon="enabled"), node(2), 2),  # the GPU operator serves every GPU node
+    (cluster(addon="enabled"), node(0), 0),  # a CPU-only node has nothing to advertise
+    (cluster(plugin_selector={"nvidia.com/gpu.present": "true"}), node(1, **{"nvidia.com/gpu.present": "true"}), 1),
+    (cluster(plugin_selector={"nvidia.com/gpu.present": "true"}), node(1), 0),  # the plugin does not run there
+])
+def test_allocatable_gpus_need_a_gpu_and_something_that_serves_it(state, the_node, served):
+    assert double.gpus_served(the_node, state) == served
+
+
+def test_nodes_report_allocatable_gpus_where_served():
+    the_node = dict(node(1, **{"nvidia.com/gpu.present": "true"}), address="10.0.0.2", ready=True, version="v1.32.3",
+                    created="2025-01-01T00:00:00Z", cpus=4, memory_kib=1024)
+    obj = double.node_object("gpu1", the_node, cluster(addon="enabled"))
+    assert obj["status"]["allocatable"] == {"cpu": "4", "memory": "1024Ki", "pods": "110", "nvidia.com/gpu": "1"}
+    kubernetes_validate.validate(obj, "1.32", strict=True)
