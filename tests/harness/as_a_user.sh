@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make test` stage "as-a-user": the README's "Use it", literally, as a user with no clone would run it.
-#   1. build the tarball; make a fresh venv holding only the pinned ansible-core; HOME is an empty directory
+#   1. build the tarball; an execution environment made with it (ee_check.sh: ansible-builder create) holds exactly
+#      the collection's dependencies; make a fresh venv holding only the pinned ansible-core; HOME is an empty directory
 #      (a controller that has never run us); the working directory is an empty directory outside the clone;
 #   2. `ansible-galaxy collection install` the tarball and its declared dependencies (Galaxy is unreachable here:
 #      --offline, from the artifacts dependency_tarballs.py makes of the `ansible` package's copies);
@@ -29,6 +30,9 @@ step "build the collection"
 tarball=$(ls "$cache/dist"/dlinfra-gpu_cluster-*.tar.gz)
 mapfile -t deps < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps")
 mapfile -t transport < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps" community.docker)
+
+step "an execution environment with the tarball: ansible-builder create resolves exactly its dependencies"
+tests/harness/ee_check.sh "$tarball"
 
 core=$(grep -E '^ansible-core==' requirements.txt)
 step "a fresh venv with only $core"
@@ -74,7 +78,8 @@ step "the simulated lab, fresh"
 cp -r "$repo/inventories/sim" inventories/sim
 ansible-galaxy collection install --offline -p "$work/transport" "${transport[@]}" >/dev/null
 export ANSIBLE_COLLECTIONS_PATH=$HOME/.ansible/collections:$work/transport
-lab=(-i inventories/sim -e "staging_fixture_dir=$repo/.cache/demo/datasets" -e "vendor_fixture_dir=$repo/.cache/demo/vendor")
+# The copy's fixture paths point at what `demo.sh lab` left in the clone (inventories/sim/group_vars/all.yml).
+lab=(-i inventories/sim -e "demo_cache_dir=$repo/.cache/demo" -e "environment_fixture_dir=$repo/tests/fixtures/environments")
 
 step "site --check on fresh hosts: stops where check mode cannot simulate package changes"
 if ansible-playbook dlinfra.gpu_cluster.site "${lab[@]}" --check >"$work/check.log" 2>&1; then

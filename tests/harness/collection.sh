@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the collection, install the tarball offline into a scratch path, run a role and the site playbook by
-# their FQCNs from that installed copy against a test container, then run galaxy-importer on the tarball and check
-# what an execution environment built with it would hold (ee_check.sh).
+# their FQCNs from that installed copy against a test container, then run galaxy-importer on the tarball. (The
+# user's whole path, and the execution environment built with the tarball: the as-a-user stage.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -51,6 +51,3 @@ if grep -E '^(ERROR|WARNING)' importer.log; then
   echo "collection: galaxy-importer reported the problems above" >&2
   exit 1
 fi
-
-echo "collection: execution environment (ansible-builder create and its introspection, offline)"
-"$repo/tests/harness/ee_check.sh" "$tarball"
