@@ -55,14 +55,14 @@ def main(path):
         for host, staged in sorted(per_node.items()):
             rows.append((name, host, len(staged["shards"]), size(staged["bytes"]), staged["dir"]))
         unique = set().union(*(set(s["shards"]) for s in per_node.values()))
-        copies = sum(len(s["shards"]) for s in per_node.values())
-        first = next(iter(per_node.values()))
-        ranks = [p for p in first["handover"] if os.path.basename(os.path.dirname(p)) == "ranks"]
-        notes.append("%s: %d shards, %s cop%s each (%s, replicas %s); on each node %s/shards.txt (local paths), "
-                     "sources.txt and ranks/rank-NNNN.txt (%d per node)"
-                     % (name, len(unique), "%.3g" % (copies / len(unique)) if unique else 0,
-                        "y" if unique and copies == len(unique) else "ies", dataset.get("mode", "auto"),
-                        dataset.get("replicas", 1), first["dir"], len(ranks)))
+        copies = sum(len(s["shards"]) for s in per_node.values()) / float(len(unique) or 1)
+        ranks = sorted(os.path.basename(p) for p in next(iter(per_node.values()))["handover"]
+                       if os.path.basename(os.path.dirname(p)) == "ranks")
+        notes.append("%s: %d shards, %s cop%s of each on the nodes (mode %s, replicas %s)"
+                     % (name, len(unique), "%g" % copies, "y" if copies == 1 else "ies", dataset.get("mode", "auto"),
+                        dataset.get("replicas", 1)))
+        notes.append("  on each node, in its directory: shards.txt (local paths), sources.txt (URLs), ranks/%s"
+                     % (" ".join(ranks) or "-"))
     print(table(rows))
     for note in notes:
         print("  " + note)
@@ -75,8 +75,17 @@ def main(path):
     print(table(rows))
 
     job = cluster["job"]
+    manifest = os.path.abspath(job["manifest"])
+    spec = job["object"]["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    mounts = ["%s at %s" % (volume["hostPath"]["path"], mount["mountPath"])
+              for volume, mount in zip(spec.get("volumes", []), container.get("volumeMounts", []))]
     print("\nGPU job for %s (dlinfra.gpu_cluster.k8s_gpu_job): %s"
-          % (job["dataset"], os.path.relpath(job["manifest"], here) if job["manifest"].startswith(here) else job["manifest"]))
+          % (job["dataset"], os.path.relpath(manifest, here) if manifest.startswith(here + os.sep) else manifest))
+    print("  %s %s, %s nvidia.com/gpu on nodes %s, %s"
+          % (job["object"]["kind"], container["image"], container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0),
+             ",".join("%s=%s" % item for item in spec.get("nodeSelector", {}).items()) or "(any)",
+             ", ".join(mounts) or "no dataset mounted"))
     print("  $ %s\n%s" % (job["command"], "\n".join("  " + line for line in job["output"].splitlines())))
     return 0 if str(job["rc"]) == "0" else 1
 
