@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Print the closing report of `make demo` from the report.json that demo_report.yml wrote.
+"""Print the closing report of `make demo` from the report.json that demo_report.yml wrote (run by demo.sh report).
 
 Short, aligned tables: the Kubernetes nodes, the staged datasets, the conda environments, and the GPU job tried
 with a server-side dry run.

@@ -629,8 +629,8 @@ def kubectl_apply(args, cluster):
                                                                    obj["apiVersion"]))
         problems = invalid_fields(obj) if dry_run != "client" else []
         if problems:
-            die('The %s "%s" is invalid: %s' % (obj["kind"], obj["metadata"].get("name", ""),
-                                                 ", ".join("%s: %s" % problem for problem in problems)))
+            die('The %s "%s" is invalid: %s'
+                % (obj["kind"], obj["metadata"].get("name", ""), ", ".join("%s: %s" % problem for problem in problems)))
         key = object_key(obj)
         previous = cluster["objects"].get(key)
         verb = "created" if previous is None else ("unchanged" if previous == obj else "configured")
