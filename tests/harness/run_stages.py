@@ -31,7 +31,6 @@ def stages():
     yield "sanity", [HARNESS + "/sanity.sh"]
     for scenario in molecule_scenarios():
         yield "molecule:" + scenario, ["molecule", "test", "-s", scenario]
-    yield "collection", [HARNESS + "/collection.sh"]
     # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
     # the one lab of a `make test`, for the multi-node checks that follow it).
     yield "as-a-user", [HARNESS + "/as_a_user.sh"]
