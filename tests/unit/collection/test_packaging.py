@@ -40,7 +40,8 @@ def tarball(tmp_path_factory):
 # What an installed collection is made of. Anything else (a new top-level file, a test helper next to a role, a
 # plan or kubeconfig a run from the clone wrote) fails here until it is either shipped on purpose or build-ignored.
 SHIPPED_TOP = {"MANIFEST.json", "FILES.json", "README.md", "COPYING", "CHANGELOG.rst", "site.yml",
-               "meta", "playbooks", "plugins", "roles", "inventories", "changelogs"}
+               "meta", "playbooks", "plugins", "roles", "inventories", "changelogs",
+               "docs"}  # docs/validate_report.schema.json: the format of validate's report.json, for tools that read it
 SHIPPED_UNDER = {
     "inventories": {"README.md", "lab"},  # the example lab init_inventory copies out; never the simulated lab
     "changelogs": {"changelog.yaml", "config.yaml"},  # released history; fragments are the clone's work in progress
