@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure helpers that read NVIDIA GPU state: nvidia-smi XML, sysfs PCI entries and the driver's version files.
+"""Pure helpers that read NVIDIA GPU state: nvidia-smi XML, sysfs PCI entries, the driver's version files and the
+kernel log's Xid lines.
 
 Nothing here runs a command or needs Ansible, so modules, filters and tests can share it.
 """
@@ -28,6 +29,12 @@ _NOT_AVAILABLE = ("", "N/A", "None", "Unknown Error", "[N/A]")
 _MIB_VALUE = re.compile(r"^\s*(\d+)\s*MiB\s*$")
 _KERNEL_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 _NVML_LIBRARY_VERSION = re.compile(r"NVML library version:\s*(\d+(?:\.\d+)+)")
+_INTEGER = re.compile(r"^\s*(\d+)\s*x?\s*$")  # '5', '16x'
+# 'NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python, GPU has fallen off the bus.'; older drivers leave out
+# pid and name, some print the address without 'PCI:' or with a function number.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+(?:\.[0-9A-Fa-f]+)?)\): (\d+),?\s*(.*)$")
+# The clock event reasons; drivers before 535 call them clocks_throttle_reasons/clocks_throttle_reason_*.
+_CLOCK_REASON_BLOCKS = (("clocks_event_reasons", "clocks_event_reason_"), ("clocks_throttle_reasons", "clocks_throttle_reason_"))
 
 
 class NvidiaSmiParseError(ValueError):
@@ -60,6 +67,112 @@ def parse_enabled(text):
     return None
 
 
+def parse_int(text):
+    """'5' -> 5, '16x' -> 16; None for N/A or anything that is not a count."""
+    match = _INTEGER.match(text) if text is not None else None
+    return int(match.group(1)) if match else None
+
+
+def parse_yes_no(text):
+    """'Yes' -> True, 'No' -> False, None for N/A."""
+    return {"Yes": True, "No": False}.get(text)
+
+
+def _sum(values):
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
+
+
+def _parse_pcie(gpu):
+    """Link generation and width, current and achievable maximum.
+
+    The maximum generation is the lowest of what is reported: max_link_gen (NVML's "possible with this device and
+    system"), max_device_link_gen (the GPU's own) and max_host_link_gen (the slot's, often N/A in VMs). Each one caps
+    the link, so the lowest is what the link can reach; a Gen5 GPU in a Gen4 slot has a Gen4 maximum.
+    """
+    link = gpu.find("pci/pci_gpu_link_info")
+    if link is None:
+        return {"gen_current": None, "gen_max": None, "width_current": None, "width_max": None}
+    caps = [parse_int(text_value(link, "pcie_gen/" + name)) for name in ("max_link_gen", "max_device_link_gen", "max_host_link_gen")]
+    caps = [cap for cap in caps if cap is not None]
+    current = parse_int(text_value(link, "pcie_gen/current_link_gen"))
+    return {
+        "gen_current": current if current is not None else parse_int(text_value(link, "pcie_gen/device_current_link_gen")),
+        "gen_max": min(caps) if caps else None,
+        "width_current": parse_int(text_value(link, "link_widths/current_link_width")),
+        "width_max": parse_int(text_value(link, "link_widths/max_link_width")),
+    }
+
+
+def _bit_counter(block):
+    """Volta and older: <single_bit>/<double_bit> with one counter per memory and a <total>."""
+    if block is None:
+        return None
+    total = parse_int(text_value(block, "total"))
+    return total if total is not None else _sum(parse_int(text_value(block, child.tag)) for child in block)
+
+
+def _ecc_counts(block):
+    """(uncorrectable, correctable) of an ecc_errors/volatile or /aggregate block.
+
+    Ampere and later count sram_* and dram_* errors; 580-series drivers split sram_uncorrectable into _parity and
+    _secded. Every *uncorrectable* child is a distinct counter, so they are summed; Volta's double_bit errors are the
+    uncorrectable ones, single_bit the corrected ones.
+    """
+    if block is None:
+        return None, None
+    if block.find("double_bit") is not None or block.find("single_bit") is not None:
+        return _bit_counter(block.find("double_bit")), _bit_counter(block.find("single_bit"))
+    uncorrectable = [parse_int(text_value(block, child.tag)) for child in block if "uncorrectable" in child.tag]
+    correctable = [parse_int(text_value(block, child.tag)) for child in block
+                   if child.tag.endswith("correctable") and "uncorrectable" not in child.tag]
+    return _sum(uncorrectable), _sum(correctable)
+
+
+def _parse_ecc(gpu):
+    volatile_uncorrectable, volatile_correctable = _ecc_counts(gpu.find("ecc_errors/volatile"))
+    aggregate_uncorrectable, aggregate_correctable = _ecc_counts(gpu.find("ecc_errors/aggregate"))
+    return {
+        "mode_current": parse_enabled(text_value(gpu, "ecc_mode/current_ecc")),
+        "volatile_uncorrectable": volatile_uncorrectable,
+        "aggregate_uncorrectable": aggregate_uncorrectable,
+        "volatile_correctable": volatile_correctable,
+        "aggregate_correctable": aggregate_correctable,
+    }
+
+
+def _parse_retired_pages(gpu):
+    """Page retirement (Volta and Turing; N/A from Ampere on, which remaps rows instead)."""
+    # Drivers print pending_retirement, older ones pending_blacklist, current ones both.
+    pending = [parse_yes_no(text_value(gpu, "retired_pages/" + name)) for name in ("pending_retirement", "pending_blacklist")]
+    known = [value for value in pending if value is not None]
+    return {
+        "single_bit": parse_int(text_value(gpu, "retired_pages/multiple_single_bit_retirement/retired_count")),
+        "double_bit": parse_int(text_value(gpu, "retired_pages/double_bit_retirement/retired_count")),
+        "pending": any(known) if known else None,
+    }
+
+
+def _parse_remapped_rows(gpu):
+    """Row remapping (Ampere and later); the whole element reads N/A on older GPUs and with MIG on."""
+    return {
+        "correctable": parse_int(text_value(gpu, "remapped_rows/remapped_row_corr")),
+        "uncorrectable": parse_int(text_value(gpu, "remapped_rows/remapped_row_unc")),
+        "pending": parse_yes_no(text_value(gpu, "remapped_rows/remapped_row_pending")),
+        "failure": parse_yes_no(text_value(gpu, "remapped_rows/remapped_row_failure")),
+    }
+
+
+def _active_clock_reasons(gpu):
+    """Short names of the clock event reasons reported 'Active' (['gpu_idle']); None where none are reported."""
+    for block_name, prefix in _CLOCK_REASON_BLOCKS:
+        block = gpu.find(block_name)
+        if block is not None:
+            return [child.tag[len(prefix):] for child in block
+                    if child.tag.startswith(prefix) and (child.text or "").strip() == "Active"]
+    return None
+
+
 def _parse_gpu(index, gpu):
     mig_devices = gpu.find("mig_devices")
     return {
@@ -74,6 +187,12 @@ def _parse_gpu(index, gpu):
         "mig_device_count": 0 if mig_devices is None else len(mig_devices.findall("mig_device")),
         "fabric_state": text_value(gpu, "fabric/state"),
         "fabric_status": text_value(gpu, "fabric/status"),
+        "performance_state": text_value(gpu, "performance_state"),
+        "pcie": _parse_pcie(gpu),
+        "ecc": _parse_ecc(gpu),
+        "retired_pages": _parse_retired_pages(gpu),
+        "remapped_rows": _parse_remapped_rows(gpu),
+        "clock_event_reasons_active": _active_clock_reasons(gpu),
     }
 
 
@@ -92,6 +211,20 @@ def parse_nvidia_smi_xml(xml_text):
         "cuda_version": text_value(root, "cuda_version"),
         "gpus": gpus,
     }
+
+
+def parse_xid_events(kernel_log):
+    """Xid reports of the NVIDIA driver in kernel log text (dmesg or journalctl -k), in log order.
+
+    Each is {pci, xid, text}: the address as the driver prints it ('0000:07:00'), the Xid code, and the rest of the
+    line (pid, process name and description, as far as the driver gives them).
+    """
+    events = []
+    for line in (kernel_log or "").splitlines():
+        match = _XID.search(line)
+        if match:
+            events.append({"pci": match.group(1), "xid": int(match.group(2)), "text": match.group(3).strip()})
+    return events
 
 
 def parse_kernel_module_version(proc_version_text):

@@ -12,7 +12,9 @@ version_added: 0.1.0
 description:
   - Finds NVIDIA GPUs and NVSwitches on the PCI bus through sysfs, which works with or without a driver.
   - Runs C(nvidia-smi -q -x) when the binary exists and reads, per GPU, the name, UUID, memory, PCI bus id,
-    persistence mode and MIG mode, plus the driver and CUDA versions.
+    persistence mode, MIG mode, performance state, PCIe link, ECC counters, retired pages, remapped rows and the
+    active clock event reasons, plus the driver and CUDA versions.
+  - Reads the kernel log with C(dmesg) and returns the NVIDIA driver's Xid error reports found there (O(kernel_log)).
   - Classifies the driver as V(ok), V(no_gpu), V(not_installed), V(not_loaded), V(version_mismatch) or V(error),
     with a message that says what to do and whether a reboot is needed.
   - Returns the result both at the top level and as the fact C(nvidia_gpu).
@@ -46,6 +48,15 @@ options:
         the state is V(error).
     type: int
     default: 60
+  kernel_log:
+    description:
+      - Read the kernel log with C(dmesg) (looked up on E(PATH) and in the sbin directories, run with C(LC_ALL=C) and
+        O(timeout)) and return the driver's Xid reports in RV(xid_events).
+      - When the log cannot be read, RV(kernel_log_error) says why and RV(xid_events) is null; the module does not fail.
+        Reading it needs root or C(CAP_SYSLOG) where C(kernel.dmesg_restrict=1), which containers usually lack.
+      - V(false) reads nothing; both return values are then null.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -65,6 +76,8 @@ notes:
     consumer boards are not counted.
   - A version mismatch is recognised from nvidia-smi's own error and by comparing the loaded kernel module's version with
     the user-space version nvidia-smi reports.
+  - The kernel log holds the messages since boot only until its ring buffer wraps; on a busy host old Xid reports can be
+    gone from it.
 """
 
 EXAMPLES = r"""
@@ -86,6 +99,12 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: __gpu.gpus | rejectattr('persistence_mode') | list | length == 0
   when: __gpu.driver_state == 'ok'
+
+- name: No Xid error since boot
+  ansible.builtin.assert:
+    that: __gpu.xid_events | length == 0
+    fail_msg: "Xid {{ __gpu.xid_events | map(attribute='xid') | join(', ') }}: read dmesg"
+  when: __gpu.kernel_log_error is none
 """
 
 RETURN = r"""
@@ -180,6 +199,108 @@ gpus:
       description: Result of the fabric registration (for example V(Success)); null where not reported.
       type: str
       sample: Success
+    performance_state:
+      description: Performance state, V(P0) (highest) to V(P12) (lowest).
+      type: str
+      sample: P0
+    pcie:
+      description:
+        - The GPU's PCIe link; each value null where not reported (some VMs, older drivers).
+        - RV(gpus[].pcie.gen_max) is the lowest of the maxima nvidia-smi reports (C(max_link_gen), the GPU's
+          C(max_device_link_gen) and the slot's C(max_host_link_gen)), which is what the link can reach in this slot.
+        - An idle GPU lowers the link generation to save power, so a current generation below the maximum means
+          something only in V(P0).
+      type: dict
+      contains:
+        gen_current:
+          description: Current link generation.
+          type: int
+          sample: 5
+        gen_max:
+          description: Highest generation the link can reach.
+          type: int
+          sample: 5
+        width_current:
+          description: Current link width in lanes.
+          type: int
+          sample: 16
+        width_max:
+          description: Widest link the GPU supports, in lanes.
+          type: int
+          sample: 16
+    ecc:
+      description:
+        - ECC mode and error counts; null where the GPU has no ECC (consumer boards) or does not report the counter.
+        - Uncorrectable sums every uncorrectable counter the driver reports (on Ampere and later C(sram_uncorrectable),
+          or its C(_parity) and C(_secded) halves, plus C(dram_uncorrectable); on Volta the double-bit total), correctable
+          the correctable ones (single-bit on Volta). Volatile counts since the driver loaded, aggregate over the GPU's life.
+      type: dict
+      contains:
+        mode_current:
+          description: Whether ECC is on now.
+          type: bool
+          sample: true
+        volatile_uncorrectable:
+          description: Uncorrectable errors since the driver loaded.
+          type: int
+          sample: 0
+        aggregate_uncorrectable:
+          description: Uncorrectable errors over the GPU's life.
+          type: int
+          sample: 0
+        volatile_correctable:
+          description: Corrected errors since the driver loaded.
+          type: int
+          sample: 0
+        aggregate_correctable:
+          description: Corrected errors over the GPU's life.
+          type: int
+          sample: 0
+    retired_pages:
+      description: Page retirement of Volta and Turing GPUs; null values from Ampere on, which remap rows instead.
+      type: dict
+      contains:
+        single_bit:
+          description: Pages retired for repeated single-bit errors.
+          type: int
+          sample: 0
+        double_bit:
+          description: Pages retired for double-bit errors.
+          type: int
+          sample: 0
+        pending:
+          description: Whether a retirement waits for the next driver reload or GPU reset.
+          type: bool
+          sample: false
+    remapped_rows:
+      description: Row remapping of Ampere and later GPUs; null values on older GPUs and while MIG is on.
+      type: dict
+      contains:
+        correctable:
+          description: Rows remapped for correctable errors.
+          type: int
+          sample: 0
+        uncorrectable:
+          description: Rows remapped for uncorrectable errors.
+          type: int
+          sample: 0
+        pending:
+          description: Whether a remap waits for a GPU reset.
+          type: bool
+          sample: false
+        failure:
+          description: Whether a remap failed (the GPU has run out of spare rows).
+          type: bool
+          sample: false
+    clock_event_reasons_active:
+      description:
+        - Why the clocks are below their maximum now, as the short names of the reasons reported V(Active)
+          (V(gpu_idle), V(sw_power_cap), V(hw_slowdown), V(hw_thermal_slowdown), V(hw_power_brake_slowdown),
+          V(sw_thermal_slowdown), ...); drivers before 535 call them throttle reasons.
+        - Null where the report has none.
+      type: list
+      elements: str
+      sample: [gpu_idle]
 driver_version:
   description: Driver version nvidia-smi reports; null unless the state is V(ok).
   type: str
@@ -239,6 +360,31 @@ nvswitch_count:
   type: int
   returned: always
   sample: 6
+xid_events:
+  description:
+    - The NVIDIA driver's Xid error reports in the kernel log (C(NVRM Xid) lines), oldest first; empty when there are none.
+    - Null when O(kernel_log=false) or the log could not be read (RV(kernel_log_error)).
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    pci:
+      description: The GPU's PCI address as the driver prints it (domain:bus:device).
+      type: str
+      sample: "0000:07:00"
+    xid:
+      description: The Xid code (NVIDIA's catalogue of Xid errors says what each means).
+      type: int
+      sample: 79
+    text:
+      description: The rest of the line (process id and name where given, and the description).
+      type: str
+      sample: pid=1234, name=python, GPU has fallen off the bus.
+kernel_log_error:
+  description: Why the kernel log could not be read (dmesg missing, not permitted, timed out); null when it was read or not asked for.
+  type: str
+  returned: always
+  sample: "/usr/bin/dmesg exited with 1: dmesg: read kernel buffer failed: Operation not permitted; ..."
 """
 
 import os
@@ -251,6 +397,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi imp
     classify_driver_state,
     parse_kernel_module_version,
     parse_nvidia_smi_xml,
+    parse_xid_events,
     scan_pci_devices,
 )
 
@@ -289,6 +436,29 @@ def _run_nvidia_smi(module, path):
     stdout = completed.stdout.decode("utf-8", errors="replace")
     stderr = completed.stderr.decode("utf-8", errors="replace")
     return completed.returncode, stdout if completed.returncode == 0 else (stdout + "\n" + stderr).strip()
+
+
+def _read_kernel_log(module):
+    """(Xid events, None), or (None, why the log could not be read)."""
+    dmesg = module.get_bin_path("dmesg")
+    if not dmesg:
+        return None, "dmesg was not found (util-linux); install it to read the driver's Xid reports"
+    timeout = module.params["timeout"]
+    try:
+        completed = subprocess.run([dmesg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+                                   env=dict(os.environ, LC_ALL="C"), check=False)
+    except subprocess.TimeoutExpired:
+        return None, "%s did not finish within %d s" % (dmesg, timeout)
+    except OSError as error:
+        return None, "could not run %s (%s)" % (dmesg, error)
+    if completed.returncode != 0:
+        output = (completed.stderr + completed.stdout).decode("utf-8", errors="replace").strip() or "(no output)"
+        hint = ""
+        if "Operation not permitted" in output:
+            hint = ("; reading the kernel log needs root (become) or CAP_SYSLOG where kernel.dmesg_restrict=1, and containers "
+                    "usually lack CAP_SYSLOG: read it on the host")
+        return None, "%s exited with %d: %s%s" % (dmesg, completed.returncode, output, hint)
+    return parse_xid_events(completed.stdout.decode("utf-8", errors="replace")), None
 
 
 _MOUNTS = {"sysfs_root": ("sysfs", "/sys"), "procfs_root": ("procfs", "/proc")}
@@ -333,6 +503,7 @@ def gather(module):
 
     usable = state["driver_state"] == "ok" and report is not None
     gpus = report["gpus"] if usable else []
+    xid_events, kernel_log_error = _read_kernel_log(module) if module.params["kernel_log"] else (None, None)
     return {
         "driver_state": state["driver_state"],
         "message": state["message"],
@@ -349,6 +520,8 @@ def gather(module):
         "pci_gpus": pci_gpus,
         "pci_nvswitches": pci_nvswitches,
         "nvswitch_count": len(pci_nvswitches),
+        "xid_events": xid_events,
+        "kernel_log_error": kernel_log_error,
     }
 
 
@@ -359,6 +532,7 @@ def main():
             sysfs_root=dict(type="path", default="/sys"),
             procfs_root=dict(type="path", default="/proc"),
             timeout=dict(type="int", default=60),
+            kernel_log=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )

@@ -9,7 +9,10 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi imp
     parse_kernel_module_version,
     parse_mib,
     parse_nvidia_smi_xml,
+    parse_int,
     parse_nvml_library_version,
+    parse_xid_events,
+    parse_yes_no,
     scan_pci_devices,
     versions_match,
 )
@@ -78,8 +81,168 @@ def test_parse_nvidia_smi_xml_reads_each_model(fixture, driver, cuda, count, fir
     assert report["driver_version"] == driver
     assert report["cuda_version"] == cuda
     assert len(report["gpus"]) == count
-    assert report["gpus"][0] == first
+    assert {key: report["gpus"][0][key] for key in first} == first
     assert [gpu["index"] for gpu in report["gpus"]] == list(range(count))
+
+
+NOT_REPORTED = {
+    "pcie": {"gen_current": None, "gen_max": None, "width_current": None, "width_max": None},
+    "retired_pages": {"single_bit": None, "double_bit": None, "pending": None},
+    "remapped_rows": {"correctable": None, "uncorrectable": None, "pending": None, "failure": None},
+}
+ECC_ZERO = {"mode_current": True, "volatile_uncorrectable": 0, "aggregate_uncorrectable": 0,
+            "volatile_correctable": 0, "aggregate_correctable": 0}
+ECC_UNCOUNTED = {"mode_current": True, "volatile_uncorrectable": None, "aggregate_uncorrectable": None,
+                 "volatile_correctable": None, "aggregate_correctable": None}
+
+
+@pytest.mark.parametrize("fixture, health", [
+    ("h100_80gb_hbm3_single_580_capture.xml", {
+        "performance_state": "P0", "pcie": {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16},
+        "ecc": ECC_ZERO, "retired_pages": NOT_REPORTED["retired_pages"],
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+        "clock_event_reasons_active": ["gpu_idle"]}),
+    ("h100_80gb_hbm3_degraded_pcie_link.xml", {
+        "performance_state": "P0", "pcie": {"gen_current": 3, "gen_max": 5, "width_current": 8, "width_max": 16},
+        "ecc": ECC_ZERO, "retired_pages": NOT_REPORTED["retired_pages"],
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+        "clock_event_reasons_active": ["gpu_idle"]}),
+    # Volta: single/double-bit ECC counters; the trimmed report has no link, retirement or clock reasons.
+    ("dgx1_8x_tesla_v100_sxm2_32gb.xml", dict(NOT_REPORTED, performance_state="P0", ecc=ECC_ZERO, clock_event_reasons_active=None)),
+    # An idle consumer board: Gen1 of Gen4, no ECC at all.
+    ("geforce_rtx_3090_single.xml", dict(
+        NOT_REPORTED, performance_state="P8", pcie={"gen_current": 1, "gen_max": 4, "width_current": 16, "width_max": 16},
+        ecc={"mode_current": None, "volatile_uncorrectable": None, "aggregate_uncorrectable": None,
+             "volatile_correctable": None, "aggregate_correctable": None}, clock_event_reasons_active=None)),
+    ("dgx_a100_8x_a100_sxm4_80gb.xml", dict(NOT_REPORTED, performance_state="P0", ecc=ECC_UNCOUNTED, clock_event_reasons_active=None)),
+])
+def test_parse_nvidia_smi_xml_reads_health(fixture, health):
+    gpu = parse_nvidia_smi_xml(fixture_text(fixture))["gpus"][0]
+    assert {key: gpu[key] for key in health} == health
+
+
+def _capture_with(*edits):
+    text = fixture_text("h100_80gb_hbm3_single_580_capture.xml")
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    return parse_nvidia_smi_xml(text)["gpus"][0]
+
+
+def test_parse_nvidia_smi_xml_sums_every_uncorrectable_counter():
+    gpu = _capture_with(
+        ("<volatile>\n\t\t\t\t<sram_correctable>0</sram_correctable>\n\t\t\t\t<sram_uncorrectable_parity>0",
+         "<volatile>\n\t\t\t\t<sram_correctable>7</sram_correctable>\n\t\t\t\t<sram_uncorrectable_parity>1"),
+        ("<sram_uncorrectable_secded>0</sram_uncorrectable_secded>\n\t\t\t\t<dram_correctable>0</dram_correctable>\n"
+         "\t\t\t\t<dram_uncorrectable>0</dram_uncorrectable>\n\t\t\t</volatile>",
+         "<sram_uncorrectable_secded>2</sram_uncorrectable_secded>\n\t\t\t\t<dram_correctable>5</dram_correctable>\n"
+         "\t\t\t\t<dram_uncorrectable>4</dram_uncorrectable>\n\t\t\t</volatile>"))
+    assert gpu["ecc"] == {"mode_current": True, "volatile_uncorrectable": 7, "aggregate_uncorrectable": 0,
+                          "volatile_correctable": 12, "aggregate_correctable": 0}
+
+
+# The layout of drivers 470 to 575 on Ampere and Turing: one sram_uncorrectable counter; retired pages with counts.
+AMPERE_ECC = """<nvidia_smi_log><gpu id="00000000:01:00.0">
+<ecc_mode><current_ecc>Enabled</current_ecc><pending_ecc>Enabled</pending_ecc></ecc_mode>
+<ecc_errors>
+<volatile><sram_correctable>3</sram_correctable><sram_uncorrectable>1</sram_uncorrectable>
+<dram_correctable>2</dram_correctable><dram_uncorrectable>N/A</dram_uncorrectable></volatile>
+<aggregate><sram_correctable>9</sram_correctable><sram_uncorrectable>1</sram_uncorrectable>
+<dram_correctable>4</dram_correctable><dram_uncorrectable>6</dram_uncorrectable></aggregate>
+</ecc_errors>
+<retired_pages>
+<multiple_single_bit_retirement><retired_count>2</retired_count><retired_pagelist></retired_pagelist></multiple_single_bit_retirement>
+<double_bit_retirement><retired_count>1</retired_count><retired_pagelist></retired_pagelist></double_bit_retirement>
+<pending_blacklist>No</pending_blacklist><pending_retirement>Yes</pending_retirement>
+</retired_pages>
+<remapped_rows>N/A</remapped_rows>
+</gpu></nvidia_smi_log>"""
+
+
+def test_parse_nvidia_smi_xml_single_sram_counter_retired_pages_and_unreported_rows():
+    gpu = parse_nvidia_smi_xml(AMPERE_ECC)["gpus"][0]
+    assert gpu["ecc"] == {"mode_current": True, "volatile_uncorrectable": 1, "aggregate_uncorrectable": 7,
+                          "volatile_correctable": 5, "aggregate_correctable": 13}
+    assert gpu["retired_pages"] == {"single_bit": 2, "double_bit": 1, "pending": True}
+    assert gpu["remapped_rows"] == NOT_REPORTED["remapped_rows"]
+
+
+def test_parse_nvidia_smi_xml_volta_double_bit_is_uncorrectable():
+    text = fixture_text("dgx1_8x_tesla_v100_sxm2_32gb.xml")
+    # The first GPU's volatile double-bit block: device memory 2, register file 1, total 3.
+    start = text.index("<double_bit>")
+    block = text[start:text.index("</double_bit>", start)]
+    edited = block.replace("<device_memory>0</device_memory>", "<device_memory>2</device_memory>", 1) \
+        .replace("<register_file>0</register_file>", "<register_file>1</register_file>", 1) \
+        .replace("<total>0</total>", "<total>3</total>", 1)
+    gpus = parse_nvidia_smi_xml(text[:start] + edited + text[start + len(block):])["gpus"]
+    assert gpus[0]["ecc"]["volatile_uncorrectable"] == 3
+    assert gpus[0]["ecc"]["aggregate_uncorrectable"] == 0
+    assert gpus[1]["ecc"]["volatile_uncorrectable"] == 0
+
+
+def test_parse_nvidia_smi_xml_row_remapping_pending_and_failed():
+    gpu = _capture_with(("<remapped_row_unc>0</remapped_row_unc>", "<remapped_row_unc>3</remapped_row_unc>"),
+                        ("<remapped_row_pending>No</remapped_row_pending>", "<remapped_row_pending>Yes</remapped_row_pending>"),
+                        ("<remapped_row_failure>No</remapped_row_failure>", "<remapped_row_failure>Yes</remapped_row_failure>"))
+    assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 3, "pending": True, "failure": True}
+
+
+@pytest.mark.parametrize("name", ["clocks_event_reason", "clocks_throttle_reason"])
+def test_parse_nvidia_smi_xml_active_clock_reasons_under_either_name(name):
+    edits = [("<clocks_event_reason_hw_thermal_slowdown>Not Active", "<clocks_event_reason_hw_thermal_slowdown>Active"),
+             ("<clocks_event_reason_sw_power_cap>Not Active", "<clocks_event_reason_sw_power_cap>Active")]
+    if name == "clocks_throttle_reason":  # drivers before 535 name the block and its children so
+        edits.append(("clocks_event_reason", "clocks_throttle_reason"))
+    gpu = _capture_with(*edits)
+    assert gpu["clock_event_reasons_active"] == ["gpu_idle", "sw_power_cap", "hw_thermal_slowdown"]
+
+
+@pytest.mark.parametrize("device, host, link, expected", [
+    ("5", "4", "5", 4),       # a Gen5 GPU in a Gen4 slot
+    ("5", "N/A", "5", 5),     # a VM hides the slot's maximum
+    ("N/A", "N/A", "4", 4),   # drivers that print only max_link_gen
+])
+def test_parse_nvidia_smi_xml_link_maximum_is_the_lowest_reported_cap(device, host, link, expected):
+    gpu = _capture_with(("<max_device_link_gen>5<", "<max_device_link_gen>%s<" % device),
+                        ("<max_host_link_gen>N/A<", "<max_host_link_gen>%s<" % host),
+                        ("<max_link_gen>5<", "<max_link_gen>%s<" % link))
+    assert gpu["pcie"]["gen_max"] == expected
+
+
+@pytest.mark.parametrize("text, expected", [("16x", 16), ("8x", 8), ("5", 5), (None, None), ("N/A", None), ("x", None)])
+def test_parse_int(text, expected):
+    assert parse_int(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [("Yes", True), ("No", False), (None, None), ("N/A", None)])
+def test_parse_yes_no(text, expected):
+    assert parse_yes_no(text) is expected
+
+
+def test_parse_xid_events_from_dmesg():
+    assert parse_xid_events(fixture_text("dmesg_xid_79.txt")) == [
+        {"pci": "0000:00:06", "xid": 79, "text": "pid=48211, name=python3, GPU has fallen off the bus."},
+        {"pci": "0000:00:06", "xid": 154, "text": "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"},
+    ]
+
+
+@pytest.mark.parametrize("line, expected", [
+    # journalctl -k, an old driver without pid and name
+    ("Dec  6 17:49:03 host kernel: [ 8659.726062] NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+     {"pci": "0000:01:00", "xid": 79, "text": "GPU has fallen off the bus."}),
+    ("[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception",
+     {"pci": "0000:cb:00", "xid": 13, "text": "pid='<unknown>', name=<unknown>, Graphics SM Warp Exception"}),
+    ("NVRM: Xid (0000:03:00): 31, Ch 00000010", {"pci": "0000:03:00", "xid": 31, "text": "Ch 00000010"}),
+])
+def test_parse_xid_events_line_layouts(line, expected):
+    assert parse_xid_events(line) == [expected]
+
+
+@pytest.mark.parametrize("text", [None, "", "NVRM: GPU 0000:00:06.0: GPU has fallen off the bus.",
+                                  "NVRM: Xid (PCI:0000:66:00): abc, pid=2280636"])
+def test_parse_xid_events_without_xid(text):
+    assert parse_xid_events(text) == []
 
 
 def test_parse_nvidia_smi_xml_keeps_nvidia_smi_order_and_bus_ids():

@@ -55,6 +55,14 @@ class FakeHost:
         script.chmod(0o755)
         return str(script)
 
+    def install_dmesg(self, output, exit_code=0):
+        """A dmesg that prints `output` (a fixture name, or text on stderr when it fails) and exits with exit_code."""
+        script = self.bin / "dmesg"
+        body = "cat '%s'\n" % (FIXTURES / output) if exit_code == 0 else "echo '%s' >&2\n" % output
+        script.write_text("#!/bin/sh\nPATH=/usr/bin:/bin\n" + body + "exit %d\n" % exit_code)
+        script.chmod(0o755)
+        return str(script)
+
     def args(self, **extra):
         return dict(sysfs_root=str(self.sysfs), procfs_root=str(self.procfs), **extra)
 
@@ -85,7 +93,7 @@ def test_ok_on_a_dgx_a100(tmp_path, capsys):
     assert result["raw_message"] is None
     assert result["reboot_required"] is False
     assert result["gpu_count"] == 8
-    assert result["gpus"][3] == A100_GPU_3
+    assert {key: result["gpus"][3][key] for key in A100_GPU_3} == A100_GPU_3
     assert result["driver_version"] == "535.54.03"
     assert result["cuda_version"] == "12.2"
     assert result["kernel_module_version"] == "535.54.03"
@@ -263,3 +271,55 @@ def test_nvidia_smi_path_that_is_not_executable_fails(tmp_path, capsys):
     result = run_module(capsys, host.args(nvidia_smi_path=smi))
     assert result["failed"] is True
     assert result["msg"].startswith("nvidia_smi_path=%s is not an executable file" % smi)
+
+
+def test_kernel_log_xid_events(tmp_path, capsys, monkeypatch):
+    host = FakeHost(tmp_path, "pci_hgx_h100.txt", proc_version="proc_driver_nvidia_version_open.txt")
+    host.install_dmesg("dmesg_xid_79.txt")
+    monkeypatch.setenv("PATH", str(host.bin))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("hgx_h100_2x_h100_80gb_hbm3_mig.xml", 0)))
+    assert_facts_mirror_result(result)
+    assert result["kernel_log_error"] is None
+    assert [(event["pci"], event["xid"]) for event in result["xid_events"]] == [("0000:00:06", 79), ("0000:00:06", 154)]
+    assert result["gpus"][0]["performance_state"] == "P0"
+
+
+def test_kernel_log_without_xid(tmp_path, capsys, monkeypatch):
+    host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
+    host.install_dmesg("proc_driver_nvidia_version_proprietary.txt")  # an NVRM line that is no Xid
+    monkeypatch.setenv("PATH", str(host.bin))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    assert (result["xid_events"], result["kernel_log_error"]) == ([], None)
+
+
+def test_kernel_log_not_permitted(tmp_path, capsys, monkeypatch):
+    host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
+    dmesg = host.install_dmesg("dmesg: read kernel buffer failed: Operation not permitted", exit_code=1)
+    monkeypatch.setenv("PATH", str(host.bin))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    assert_facts_mirror_result(result)
+    assert result["driver_state"] == "ok"
+    assert result["xid_events"] is None
+    assert result["kernel_log_error"] == (
+        "%s exited with 1: dmesg: read kernel buffer failed: Operation not permitted; reading the kernel log needs root "
+        "(become) or CAP_SYSLOG where kernel.dmesg_restrict=1, and containers usually lack CAP_SYSLOG: read it on the host" % dmesg)
+
+
+def test_kernel_log_without_dmesg(tmp_path, capsys, monkeypatch):
+    host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
+    monkeypatch.setenv("PATH", str(host.bin))
+    real_get_bin_path = nvidia_gpu_facts.AnsibleModule.get_bin_path
+    # get_bin_path also searches the sbin directories, where a host may have a real dmesg.
+    monkeypatch.setattr(nvidia_gpu_facts.AnsibleModule, "get_bin_path",
+                        lambda self, name, *args, **kwargs: None if name == "dmesg" else real_get_bin_path(self, name, *args, **kwargs))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    assert result["xid_events"] is None
+    assert result["kernel_log_error"] == "dmesg was not found (util-linux); install it to read the driver's Xid reports"
+
+
+def test_kernel_log_off(tmp_path, capsys, monkeypatch):
+    host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
+    host.install_dmesg("dmesg_xid_79.txt")
+    monkeypatch.setenv("PATH", str(host.bin))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=False))
+    assert (result["xid_events"], result["kernel_log_error"]) == (None, None)
