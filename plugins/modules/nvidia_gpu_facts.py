@@ -56,7 +56,7 @@ options:
         Reading it needs root or C(CAP_SYSLOG) where C(kernel.dmesg_restrict=1), which containers usually lack.
       - V(false) reads nothing; both return values are then null.
     type: bool
-    default: true
+    default: false
 attributes:
   check_mode:
     support: full
@@ -99,6 +99,11 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: __gpu.gpus | rejectattr('persistence_mode') | list | length == 0
   when: __gpu.driver_state == 'ok'
+
+- name: Read the facts and the kernel log's Xid reports
+  dlinfra.gpu_cluster.nvidia_gpu_facts:
+    kernel_log: true
+  register: __gpu
 
 - name: No Xid error since boot
   ansible.builtin.assert:
@@ -532,7 +537,7 @@ def main():
             sysfs_root=dict(type="path", default="/sys"),
             procfs_root=dict(type="path", default="/proc"),
             timeout=dict(type="int", default=60),
-            kernel_log=dict(type="bool", default=True),
+            kernel_log=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -277,7 +277,7 @@ def test_kernel_log_xid_events(tmp_path, capsys, monkeypatch):
     host = FakeHost(tmp_path, "pci_hgx_h100.txt", proc_version="proc_driver_nvidia_version_open.txt")
     host.install_dmesg("dmesg_xid_79.txt")
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("hgx_h100_2x_h100_80gb_hbm3_mig.xml", 0)))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("hgx_h100_2x_h100_80gb_hbm3_mig.xml", 0), kernel_log=True))
     assert_facts_mirror_result(result)
     assert result["kernel_log_error"] is None
     assert [(event["pci"], event["xid"]) for event in result["xid_events"]] == [("0000:00:06", 79), ("0000:00:06", 154)]
@@ -288,7 +288,7 @@ def test_kernel_log_without_xid(tmp_path, capsys, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     host.install_dmesg("proc_driver_nvidia_version_proprietary.txt")  # an NVRM line that is no Xid
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert (result["xid_events"], result["kernel_log_error"]) == ([], None)
 
 
@@ -296,7 +296,7 @@ def test_kernel_log_not_permitted(tmp_path, capsys, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     dmesg = host.install_dmesg("dmesg: read kernel buffer failed: Operation not permitted", exit_code=1)
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "ok"
     assert result["xid_events"] is None
@@ -312,7 +312,7 @@ def test_kernel_log_without_dmesg(tmp_path, capsys, monkeypatch):
     # get_bin_path also searches the sbin directories, where a host may have a real dmesg.
     monkeypatch.setattr(nvidia_gpu_facts.AnsibleModule, "get_bin_path",
                         lambda self, name, *args, **kwargs: None if name == "dmesg" else real_get_bin_path(self, name, *args, **kwargs))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert result["xid_events"] is None
     assert result["kernel_log_error"] == "dmesg was not found (util-linux); install it to read the driver's Xid reports"
 

@@ -1,0 +1,176 @@
+"""The evaluator on what the validate role read on the simulated lab (fixtures/validate_raw_sim_lab.json, recorded from
+a run on `make demo`'s lab and trimmed to what the evaluator reads), healthy and with one fault at a time."""
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+from xml.etree import ElementTree
+
+import jsonschema
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_checks, validate_report
+
+HERE = pathlib.Path(__file__).parent
+ROOT = HERE.parents[3]
+RAW = json.loads((HERE / "fixtures" / "validate_raw_sim_lab.json").read_text())
+PLAN = {"mode": "partition", "replicas": 1, "shard_count": 32, "total_bytes": 3604480}
+SCHEMA = json.loads((ROOT / "docs" / "validate_report.schema.json").read_text())
+GPU_NODE_CHECKS = {
+    "node.reachable", "gpu.count_model", "gpu.driver_state", "gpu.persistence_mode", "gpu.ecc", "gpu.xid", "gpu.nvlink",
+    "gpu.pcie_link", "gpu.throttle", "gpu.dcgm_diag", "gpu.host_device_bandwidth", "gpu.driver_version",
+    "gpu.driver_consistency", "runtime.docker", "runtime.containerd", "runtime.microk8s", "runtime.cdi",
+    "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "k8s.node_ready",
+    "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",
+    "storage.seq_read", "dataset.yt8m-mini.placement", "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks"}
+HEAD_CHECKS = {"node.reachable", "k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job",
+               "storage.free_space", "storage.seq_write", "storage.seq_read", "dataset.yt8m-mini.placement",
+               "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks"}
+
+
+def evaluate(nodes):
+    return validate_checks.evaluate(nodes, {"yt8m-mini": PLAN}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+
+
+def failing(report):
+    return {(c["node"], c["check"]) for c in report["checks"] if c["status"] == "fail"}
+
+
+def dataset_result(raw):
+    return next(r for r in raw["datasets"] if r["item"]["name"] == "yt8m-mini")
+
+
+def test_the_healthy_lab_passes_with_every_check_of_each_node_present():
+    report = evaluate(copy.deepcopy(RAW))
+    assert failing(report) == set()
+    for node in ("sim-gpu1", "sim-gpu2"):
+        assert {c["check"] for c in report["checks"] if c["node"] == node} == GPU_NODE_CHECKS
+    assert {c["check"] for c in report["checks"] if c["node"] == "sim-head"} == HEAD_CHECKS
+    assert all(c["message"] for c in report["checks"])
+    jsonschema.validate(dict(report, summary=validate_report.summarize(report)), SCHEMA)
+
+
+def test_the_labs_gpu_checks_are_skipped_with_the_reason():
+    report = evaluate(copy.deepcopy(RAW))
+    skipped = {c["check"]: c["message"] for c in report["checks"] if c["node"] == "sim-gpu1" and c["status"] == "skip"}
+    assert "nvidia_driver_kernel_module: false" in skipped["gpu.driver_state"]
+    assert skipped["runtime.gpu_container"] == "the driver does not answer (not_loaded)"
+    assert skipped["runtime.docker"] == "Docker is not installed on this node"
+
+
+def test_measurements_hold_the_disks_the_gpus_and_the_placement():
+    measurements = evaluate(copy.deepcopy(RAW))["measurements"]
+    assert sorted(d["node"] for d in measurements["disk"]) == ["sim-gpu1", "sim-gpu2"]
+    assert all(d["read_mbps"] > 0 and d["write_mbps"] > 0 for d in measurements["disk"])
+    assert [(g["node"], g["count"]) for g in measurements["gpus"]] == [("sim-gpu1", 1), ("sim-gpu2", 1)]
+    placement = measurements["datasets"][0]
+    assert placement["mode"] == "partition"
+    assert sum(n["planned_shards"] for n in placement["nodes"].values()) == 32
+    assert [m["reason"] for m in measurements["nccl_busbw"] if m["scope"] == "node"] == ["the driver does not answer (not_loaded)"] * 2
+
+
+def missing_shard(nodes):
+    result = dataset_result(nodes["sim-gpu1"])
+    result["missing"] = ["chunks-000000.tar"]
+    result["present"]["shards"] -= 1
+
+
+def wrong_size(nodes):
+    dataset_result(nodes["sim-gpu2"])["wrong_size"] = [{"name": "chunks-000005.tar", "expected": 112640, "actual": 4096}]
+
+
+def checksum(nodes):
+    dataset_result(nodes["sim-gpu2"])["checksum_mismatch"] = list(dataset_result(nodes["sim-gpu2"])["sampled"])
+
+
+def rank_gap(nodes):
+    dataset_result(nodes["sim-gpu1"])["ranks"]["missing"] = ["chunks-000000.tar"]
+
+
+def driver_expected(nodes):
+    nodes["sim-gpu2"]["expected"]["driver_version"] = "535"
+
+
+def containerd_stopped(nodes):
+    nodes["sim-gpu1"]["containerd_active"] = "inactive"
+
+
+def head_not_ready(nodes):
+    listing = json.loads(nodes["sim-head"]["kubectl"][0]["stdout"])
+    node = next(n for n in listing["items"] if n["metadata"]["name"] == "sim-head")
+    node["status"]["conditions"][0]["status"] = "Unknown"
+    nodes["sim-head"]["kubectl"][0]["stdout"] = json.dumps(listing)
+
+
+def plugin_pod_gone(nodes):
+    listing = json.loads(nodes["sim-head"]["kubectl"][1]["stdout"])
+    listing["items"] = [p for p in listing["items"] if p["spec"]["nodeName"] != "sim-gpu2"]
+    nodes["sim-head"]["kubectl"][1]["stdout"] = json.dumps(listing)
+
+
+def slow_disk(nodes):
+    nodes["sim-gpu1"]["expected"]["storage_min_read_mbps"] = 1e9
+
+
+def unreachable(nodes):
+    nodes["sim-gpu2"] = None
+
+
+def nccl_elsewhere(nodes):
+    nodes["sim-gpu1"]["nccl_libs"] = ["/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"]
+
+
+@pytest.mark.parametrize("fault, red", [
+    (missing_shard, {("sim-gpu1", "dataset.yt8m-mini.placement")}),
+    (wrong_size, {("sim-gpu2", "dataset.yt8m-mini.placement")}),
+    (checksum, {("sim-gpu2", "dataset.yt8m-mini.checksums")}),
+    (rank_gap, {("sim-gpu1", "dataset.yt8m-mini.ranks")}),
+    (driver_expected, {("sim-gpu2", "gpu.driver_version")}),
+    (containerd_stopped, {("sim-gpu1", "runtime.containerd")}),
+    (head_not_ready, {("sim-head", "k8s.node_ready")}),
+    (plugin_pod_gone, {("sim-gpu2", "k8s.device_plugin")}),
+    (slow_disk, {("sim-gpu1", "storage.seq_read")}),
+    (unreachable, {("sim-gpu2", "node.reachable")}),
+    # Another version on one node: that node's version check, and the consistency check on both.
+    (nccl_elsewhere, {("sim-gpu1", "nccl.version"), ("sim-gpu1", "nccl.consistency"), ("sim-gpu2", "nccl.consistency")}),
+])
+def test_a_fault_turns_exactly_its_check_red_on_its_node(fault, red, tmp_path):
+    nodes = copy.deepcopy(RAW)
+    fault(nodes)
+    report = evaluate(nodes)
+    assert failing(report) == red
+    for key in red:
+        item = next(c for c in report["checks"] if (c["node"], c["check"]) == key)
+        assert item["message"] and (item["expected"] or item["check"] == "node.reachable")
+    paths = validate_report.write_report(report, str(tmp_path))
+    cases = ElementTree.parse(paths["junit.xml"]).getroot().iter("testcase")
+    assert {(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None} == red
+    assert validate_report.summarize(report)["status"] == "fail"
+
+
+def test_an_unreachable_node_has_only_the_reachability_check():
+    nodes = copy.deepcopy(RAW)
+    unreachable(nodes)
+    report = evaluate(nodes)
+    assert [c["check"] for c in report["checks"] if c["node"] == "sim-gpu2"] == ["node.reachable"]
+    # The others still compare within the cluster without it.
+    assert ("sim-gpu1", "gpu.driver_consistency") not in failing(report)
+
+
+@pytest.mark.parametrize("paths, versions", [
+    (["/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.550.163.01", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"],
+     ["550.163.01"]),
+    (["/usr/lib64/libnccl.so.2.22.3", "/usr/lib64/libnccl.so.2"], ["2.22.3"]),
+    ([], []),
+])
+def test_versions_come_from_the_library_file_names(paths, versions):
+    assert validate_checks.versions_in_names(paths) == versions
+
+
+@pytest.mark.parametrize("expected, measured, matches", [
+    ("550", "550.163.01", True), ("550.163", "550.163.01", True), ("55", "550.163.01", False),
+    ("535", "550.163.01", False), ("2.22.3", "2.22.3", True), ("550", None, False),
+])
+def test_expected_versions_match_on_whole_components(expected, measured, matches):
+    assert validate_checks.version_matches(expected, measured) is matches
