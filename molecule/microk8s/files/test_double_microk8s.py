@@ -14,6 +14,7 @@ output formats (taken from MicroK8s' wrappers: status.py, add_token.py, join.py)
   enable ADDON [ARGS...] | disable ADDON | config
   kubectl get nodes|node [NAME] -o json | kubectl get KIND NAME -n NS -o json
   kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE [--dry-run=server|client|none]
+  kubectl get pods -A -o json | kubectl cordon NAME | kubectl uncordon NAME
 
 `kubectl apply --dry-run=server` checks each object as the API server would before storing it (known kind and
 apiVersion, a DNS-1123 name, a pod template with named containers that have images, a Job's restartPolicy, whole
@@ -25,6 +26,10 @@ Nodes carry `status.capacity` / `status.allocatable`: the node's CPUs and memory
 GPUs on its PCI bus: under /srv/fake-sysfs, the tests' fake sysfs, when that exists, else /sys) once a GPU
 mechanism serves the node: the nvidia addon enabled, or the device plugin DaemonSet whose nodeSelector the node's
 labels match, as the real device plugin advertises GPUs only where it runs.
+
+`kubectl get pods` lists the device plugin's pods: one per node it serves (nvidia addon: namespace
+gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
+A node's `ready` in the state file is what a test flips to make it NotReady. `cordon` sets spec.unschedulable.
 
 A worker (joined with --worker, marked by /var/snap/microk8s/current/var/lock/clustered.lock as in MicroK8s)
 refuses the cluster-wide commands, as the real one does. Every join token ever issued is kept in the state's
@@ -479,7 +484,7 @@ def node_object(name, node, cluster):
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": node["labels"], "creationTimestamp": node["created"],
                      "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
-        "spec": {},
+        "spec": {"unschedulable": True} if node.get("unschedulable") else {},
         "status": {
             "addresses": [{"type": "InternalIP", "address": node["address"]}, {"type": "Hostname", "address": name}],
             "conditions": conditions,
@@ -503,14 +508,40 @@ def resource_name(obj):
     return "%s%s/%s" % (obj["kind"].lower(), "." + group if group else "", obj["metadata"]["name"])
 
 
+def device_plugin_pods(cluster):
+    """The pods a device plugin DaemonSet would run: one per node it serves GPUs on."""
+    if cluster["addons"].get("nvidia", {}).get("status") == "enabled":
+        namespace, prefix = "gpu-operator-resources", "nvidia-device-plugin-daemonset"
+    elif DEVICE_PLUGIN in cluster["objects"]:
+        namespace, prefix = DEVICE_PLUGIN.split("/")[1], DEVICE_PLUGIN.split("/")[2]
+    else:
+        return []
+    pods = []
+    for name in sorted(cluster["nodes"]):
+        node = cluster["nodes"][name]
+        if not gpus_served(node, cluster):
+            continue
+        suffix = hashlib.sha256(name.encode()).hexdigest()[:5]
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "%s-%s" % (prefix, suffix), "namespace": namespace,
+                                  "labels": {"app": prefix}},
+                     "spec": {"nodeName": name},
+                     "status": {"phase": "Running" if node["ready"] else "Unknown"}})
+    return pods
+
+
 def kubectl_get(args, cluster):
     fmt = take(args, "-o", "--output", default="")
     namespace = take(args, "-n", "--namespace", default="default")
+    every_namespace = flag(args, "-A", "--all-namespaces")
     if fmt != "json":
         die("error: this test double prints only -o json", 1)
     kind = args[0]
     names = args[1:]
-    if kind in ("nodes", "node", "no"):
+    if kind in ("pods", "pod", "po"):
+        items = [pod for pod in device_plugin_pods(cluster)
+                 if every_namespace or pod["metadata"]["namespace"] == namespace]
+    elif kind in ("nodes", "node", "no"):
         items = [node_object(n, cluster["nodes"][n], cluster) for n in sorted(cluster["nodes"]) if not names or n in names]
         missing = [n for n in names if n not in cluster["nodes"]]
         if missing:
@@ -548,6 +579,18 @@ def kubectl_label(args, cluster):
             die("error: '%s' already has a value (%s), and --overwrite is false" % (key, before[key]))
         node["labels"][key] = value
     out("node/%s %s" % (name, "labeled" if node["labels"] != before else "not labeled"))
+
+
+def kubectl_cordon(args, cluster, unschedulable=True):
+    name = args[0]
+    node = cluster["nodes"].get(name)
+    if node is None:
+        die('Error from server (NotFound): nodes "%s" not found' % name)
+    if bool(node.get("unschedulable")) == unschedulable:
+        out("node/%s already %s" % (name, "cordoned" if unschedulable else "uncordoned"))
+        return
+    node["unschedulable"] = unschedulable
+    out("node/%s %s" % (name, "cordoned" if unschedulable else "uncordoned"))
 
 
 # The kinds this double's API server serves: apiVersion -> kinds, and where each keeps its pod template.
@@ -643,7 +686,8 @@ def kubectl_apply(args, cluster):
 def cmd_kubectl(args):
     refuse_on_worker("kubectl")
     verb, rest = args[0], list(args[1:])
-    handlers = {"get": kubectl_get, "label": kubectl_label, "apply": kubectl_apply}
+    handlers = {"get": kubectl_get, "label": kubectl_label, "apply": kubectl_apply, "cordon": kubectl_cordon,
+                "uncordon": lambda a, c: kubectl_cordon(a, c, unschedulable=False)}
     if verb not in handlers:
         die("error: this test double knows kubectl %s" % ", ".join(sorted(handlers)))
     with cluster_state() as state:

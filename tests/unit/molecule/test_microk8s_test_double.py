@@ -100,3 +100,34 @@ def test_nodes_report_allocatable_gpus_where_served():
     obj = double.node_object("gpu1", the_node, cluster(addon="enabled"))
     assert obj["status"]["allocatable"] == {"cpu": "4", "memory": "1024Ki", "pods": "110", "nvidia.com/gpu": "1"}
     kubernetes_validate.validate(obj, "1.32", strict=True)
+
+
+def full_node(gpus, ready=True, **labels):
+    return dict(node(gpus, **labels), address="10.0.0.2", ready=ready, version="v1.32.3", created="2025-01-01T00:00:00Z",
+                cpus=4, memory_kib=1024)
+
+
+def test_device_plugin_pods_run_where_gpus_are_served_and_follow_readiness():
+    state = cluster(plugin_selector={"nvidia.com/gpu.present": "true"})
+    state["nodes"] = {"gpu1": full_node(1, **{"nvidia.com/gpu.present": "true"}),
+                      "gpu2": full_node(1, ready=False, **{"nvidia.com/gpu.present": "true"}),
+                      "cpu1": full_node(0)}
+    pods = double.device_plugin_pods(state)
+    assert [(p["spec"]["nodeName"], p["status"]["phase"]) for p in pods] == [("gpu1", "Running"), ("gpu2", "Unknown")]
+    assert all(p["metadata"]["namespace"] == "kube-system" and p["metadata"]["name"].startswith("nvidia-device-plugin")
+               for p in pods)
+    for pod in pods:
+        kubernetes_validate.validate(dict(pod, spec=dict(pod["spec"], containers=[{"name": "x", "image": "x"}])),
+                                     "1.32", strict=True)
+    assert double.device_plugin_pods(cluster()) == []  # nothing serves GPUs: no plugin pods
+
+
+def test_cordon_marks_the_node_unschedulable_and_uncordon_clears_it(capsys):
+    state = cluster()
+    state["nodes"] = {"gpu1": full_node(1)}
+    double.kubectl_cordon(["gpu1"], state)
+    assert double.node_object("gpu1", state["nodes"]["gpu1"], state)["spec"] == {"unschedulable": True}
+    double.kubectl_cordon(["gpu1"], state)
+    double.kubectl_cordon(["gpu1"], state, unschedulable=False)
+    assert double.node_object("gpu1", state["nodes"]["gpu1"], state)["spec"] == {}
+    assert capsys.readouterr().out.splitlines() == ["node/gpu1 cordoned", "node/gpu1 already cordoned", "node/gpu1 uncordoned"]
