@@ -34,6 +34,8 @@ def stages():
     # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
     # the one lab of a `make test`, for the multi-node checks that follow it).
     yield "as-a-user", [HARNESS + "/as_a_user.sh"]
+    # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
+    yield "validate", ["python", HARNESS + "/validate_lab.py"]
 
 
 def selected(name, only):
