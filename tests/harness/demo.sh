@@ -4,7 +4,8 @@
 #                    stand-ins of the vendor sites, the nodes' apt source of the test doubles and their fake GPUs.
 #                    site.yml is not run: `ansible-playbook site.yml -i inventories/sim` (or the installed
 #                    collection's dlinfra.gpu_cluster.site) configures the lab from there.
-#   demo.sh up       lab, then site.yml with the per-host role summary, then the report
+#   demo.sh up       lab, then site.yml with the per-host role summary, then the report, then validate.yml (the
+#                    acceptance report under .cache/demo/validate/)
 #   demo.sh report   what the lab holds: Kubernetes nodes, staged datasets, conda environments, a GPU job dry run
 #   demo.sh down     remove the lab (containers, network, the MicroK8s test double's shared state)
 # The fixtures leave what the controller reads under .cache/demo/ (inventories/sim: demo_cache_dir).
@@ -85,10 +86,19 @@ report() {
   python3 tests/harness/demo_report.py "$cache/report.json"
 }
 
+validate() {
+  echo
+  echo "demo: validate.yml, the acceptance run (GPU checks skip with their reason: the lab has no GPU)"
+  quietly "$cache/logs/validate.log" playbooks/validate.yml -e "validate_report_dir=$PWD/$cache/validate"
+  grep -oE "validate: (PASS|FAIL), [^;]*" "$cache/logs/validate.log" | tail -n 1
+  echo "demo: open $PWD/$cache/validate/report.html (also report.json, junit.xml there)"
+}
+
 up() {
   lab
   site
   report
+  validate
   echo
   echo "demo: the lab is up. Try: docker exec -it sim-head /snap/bin/microk8s kubectl get nodes -o json   |   make demo-down removes it."
 }
@@ -104,6 +114,7 @@ case ${1:-} in
   lab) lab ;;
   up) up ;;
   report) report ;;
+  validate) validate ;;
   down) down ;;
-  *) echo "usage: $0 lab|up|report|down" >&2; exit 2 ;;
+  *) echo "usage: $0 lab|up|report|validate|down" >&2; exit 2 ;;
 esac
