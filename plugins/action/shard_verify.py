@@ -9,11 +9,13 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import node_shards
+
 
 def planned_shards(plan, host):
-    """[{name, size, sha256}] the plan assigns to host, in shard order."""
+    """[{name, size, sha256}] the plan puts on host (replicated or partitioned), in shard order."""
     return [{"name": name, "size": plan["shards"][name], "sha256": plan["sources"][name]["sha256"]}
-            for name in sorted(plan["assignment"]) if host in plan["assignment"][name]]
+            for name in node_shards(plan, host)]
 
 
 class ActionModule(ActionBase):
