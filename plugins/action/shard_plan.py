@@ -14,7 +14,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
-    ShardPlanError, expand_source, make_plan, node_shards, parse_index, shard_records)
+    ShardPlanError, expand_source, make_plan, node_shards, node_streamed, parse_index, shard_records)
 
 HEAD_CONCURRENCY = 32
 
@@ -148,7 +148,8 @@ class ActionModule(ActionBase):
         if os.path.exists(plan_path):
             with open(plan_path, encoding="utf-8") as handle:
                 previous = json.load(handle)
-        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom") if dataset.get(key) is not None}
+        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction")
+                    if dataset.get(key) is not None}
         plan = make_plan(settings, shards, nodes, previous)
         plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
         changes = plan["changes"]
@@ -157,9 +158,12 @@ class ActionModule(ActionBase):
         if changed and not self._task.check_mode:
             write_atomically(plan_path, json.dumps(plan, sort_keys=True, indent=1).encode("utf-8"))
         by_record = {record["name"]: record for record in shards}
-        lists = {}
+        lists, stream_lists = {}, {}
         for host in sorted(nodes):
             lists[host] = write_list(plan_dir, [by_record[shard] for shard in node_shards(plan, host)])
+            if plan["mode"] == "stream":
+                stream_lists[host] = write_list(plan_dir, [{"name": shard, "url": by_record[shard]["url"]}
+                                                           for shard in node_streamed(plan, host)])
         return {
             "changed": changed,
             "mode": plan["mode"],
@@ -168,5 +172,7 @@ class ActionModule(ActionBase):
             "changes": plan["changes"],
             "nodes": plan["nodes"],
             "lists": lists,
+            "stream_lists": stream_lists,
+            "mode_reason": plan["mode_reason"],
             "_before": previous["summary"] if previous else "dataset %s: no plan yet" % name,
         }

@@ -9,13 +9,18 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import node_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import node_shards, node_streamed
 
 
 def planned_shards(plan, host):
     """[{name, size, sha256}] the plan puts on host (replicated or partitioned), in shard order."""
     return [{"name": name, "size": plan["shards"][name], "sha256": plan["sources"][name]["sha256"]}
             for name in node_shards(plan, host)]
+
+
+def streamed_shards(plan, host):
+    """[{name, url}] host reads from their source (stream mode)."""
+    return [{"name": name, "url": plan["sources"][name]["url"]} for name in node_streamed(plan, host)]
 
 
 class ActionModule(ActionBase):
@@ -35,6 +40,7 @@ class ActionModule(ActionBase):
                 with open(path) as handle:
                     plan = json.load(handle)
                 module_args["shards"] = planned_shards(plan, task_vars["inventory_hostname"])
+                module_args["streamed"] = streamed_shards(plan, task_vars["inventory_hostname"])
             except (OSError, ValueError, KeyError) as error:
                 raise AnsibleActionFail("shard_verify: %s is not a plan shard_plan wrote (%s); run the shard_staging role "
                                         "again to rewrite it" % (path, error))

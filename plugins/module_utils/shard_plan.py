@@ -45,7 +45,7 @@ try:
 except ImportError:
     numpy = None
 
-MODES = ("auto", "replicate", "partition")
+MODES = ("auto", "replicate", "partition", "stream")
 SCHEMES = ("http", "https", "file")
 PLAN_VERSION = 1
 WIDS_KIND = "wids-shard-index-v1"
@@ -349,8 +349,12 @@ def node_weight(capacity):
     return float((capacity >> shift) << shift)
 
 
-def choose_mode(dataset, mode, total_bytes, capacities, replicas):
-    """Return "replicate" or "partition" for ``mode`` (auto | replicate | partition), or raise saying what is missing."""
+def choose_mode(dataset, mode, total_bytes, capacities, replicas, allow_stream=False):
+    """Return "replicate", "partition" or "stream" for ``mode`` (auto | replicate | partition | stream), or raise saying
+    what is missing. auto streams only a dataset that fits neither on one node nor across them, and only with
+    ``allow_stream``."""
+    if mode == "stream":
+        return "stream"
     if replicas > len(capacities):
         raise ShardPlanError(
             f"dataset {dataset!r}: replicas is {replicas} but only {len(capacities)} node(s) are targeted: "
@@ -368,14 +372,48 @@ def choose_mode(dataset, mode, total_bytes, capacities, replicas):
         return "replicate"
     needed = replicas * total_bytes
     usable = sum(capacities.values())
+    if needed > usable and mode == "auto" and allow_stream:
+        return "stream"
     if needed > usable:
         raise ShardPlanError(
             f"dataset {dataset!r} does not fit on the nodes: {replicas} replica(s) of {_human(total_bytes)} need {_human(needed)} "
             f"but the {len(capacities)} node(s) have {_human(usable)} usable; {_human(needed - usable)} ({needed - usable} bytes) "
             "are missing. Stream it from distributed storage instead (e.g. WebDataset reading straight from the HTTP / AIStore "
-            "source), or add disks or nodes, or lower replicas or headroom"
+            "source; allow_stream: true makes mode auto plan that), or add disks or nodes, or lower replicas or headroom"
         )
     return "partition"
+
+
+def mode_reason(mode, requested, total_bytes, capacities, replicas):
+    """Why the plan has its mode, in words for the plan and the summary."""
+    if requested != "auto":
+        return f"mode {requested} requested"
+    smallest = min(capacities.values()) if capacities else 0
+    usable = sum(capacities.values())
+    if mode == "replicate":
+        return f"{_human(total_bytes)} fits on every node (smallest has {_human(smallest)} usable)"
+    if mode == "partition":
+        return (f"{_human(total_bytes)} does not fit on every node (smallest has {_human(smallest)} usable) but {replicas} "
+                f"cop{'y' if replicas == 1 else 'ies'} fit across the {len(capacities)} nodes ({_human(usable)} usable)")
+    return (f"{_human(total_bytes)} fits neither on one node nor {replicas} cop{'y' if replicas == 1 else 'ies'} across the "
+            f"{len(capacities)} nodes ({_human(usable)} usable), and allow_stream is true")
+
+
+def stream_cache(assignment, sizes, capacities, fraction):
+    """Shards each node keeps a local copy of in stream mode: of the shards it streams, in name order, as many as fit
+    in ``fraction`` of their bytes and in its usable space."""
+    by_host = {}
+    for shard in sorted(assignment):
+        by_host.setdefault(assignment[shard][0], []).append(shard)
+    cached = set()
+    for host, shards in by_host.items():
+        budget = min(int(fraction * sum(sizes[shard] for shard in shards)), capacities.get(host, 0))
+        for shard in shards:
+            if sizes[shard] > budget:
+                break
+            budget -= sizes[shard]
+            cached.add(shard)
+    return cached
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -543,18 +581,22 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
     Returns a JSON-serialisable plan (see the keys below) whose "summary" is one line for check mode.
     """
     name, mode, replicas, headroom = _dataset_settings(dataset)
+    allow_stream, cache_fraction = _stream_settings(dataset)
     sizes = _shard_sizes(name, shards)
     if not isinstance(nodes, dict) or not nodes:
         raise ShardPlanError(f"dataset {name!r}: no target nodes given; target at least one host with a dest filesystem")
     capacities = {host: node_capacity(host, info, headroom) for host, info in nodes.items()}
     total = sum(sizes.values())
-    chosen_mode = choose_mode(name, mode, total, capacities, replicas)
+    chosen_mode = choose_mode(name, mode, total, capacities, replicas, allow_stream)
+    if chosen_mode == "stream":
+        replicas = 1
     hosts = sorted(nodes)
     plan = {
         "plan_version": PLAN_VERSION,
         "dataset": name,
         "mode": chosen_mode,
         "requested_mode": mode,
+        "mode_reason": mode_reason(chosen_mode, mode, total, capacities, replicas),
         "replicas": len(hosts) if chosen_mode == "replicate" else replicas,
         "headroom": headroom,
         "shard_count": len(sizes),
@@ -562,18 +604,23 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
         "shards": {shard: sizes[shard] for shard in sorted(sizes)},
         "assignment": None,
         "replicated_on": None,
+        "cached": None,
     }
+    streamed = {host: (0, 0) for host in hosts}
     if chosen_mode == "replicate":
         plan["replicated_on"] = hosts
         held = {host: (len(sizes), total) for host in hosts}
-    else:
+    elif chosen_mode == "partition":
         plan["assignment"] = place_shards(sizes, capacities, replicas, use_numpy)
-        counts = {host: [0, 0] for host in hosts}
-        for shard, shard_hosts in plan["assignment"].items():
-            for host in shard_hosts:
-                counts[host][0] += 1
-                counts[host][1] += sizes[shard]
-        held = {host: tuple(count) for host, count in counts.items()}
+        held = _counts(hosts, plan["assignment"], sizes)
+    else:
+        # Nothing has to fit: equal weights and no room limit make this plain rendezvous hashing, so each node streams
+        # its own disjoint share, and a node added or removed moves only its share.
+        plan["assignment"] = place_shards(sizes, {host: 1 << 62 for host in hosts}, 1, use_numpy)
+        cached = stream_cache(plan["assignment"], sizes, capacities, cache_fraction)
+        plan["cached"] = sorted(cached)
+        held = _counts(hosts, {shard: where for shard, where in plan["assignment"].items() if shard in cached}, sizes)
+        streamed = _counts(hosts, {shard: where for shard, where in plan["assignment"].items() if shard not in cached}, sizes)
     plan["stored_bytes"] = sum(stored for _count, stored in held.values())
     plan["nodes"] = {
         host: {
@@ -582,12 +629,35 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
             "shards": held[host][0],
             "bytes": held[host][1],
             "free_after": nodes[host]["free_bytes"] + nodes[host].get("held_bytes", 0) - held[host][1],
+            "streamed_shards": streamed[host][0],
+            "streamed_bytes": streamed[host][1],
         }
         for host in hosts
     }
     _add_changes(plan, previous)
     plan["summary"] = summarize(plan)
     return plan
+
+
+def _counts(hosts, assignment, sizes):
+    """{host: (shards, bytes)} over an assignment."""
+    counts = {host: [0, 0] for host in hosts}
+    for shard, shard_hosts in assignment.items():
+        for host in shard_hosts:
+            counts[host][0] += 1
+            counts[host][1] += sizes[shard]
+    return {host: tuple(count) for host, count in counts.items()}
+
+
+def _stream_settings(dataset):
+    allow_stream = dataset.get("allow_stream", False)
+    if not isinstance(allow_stream, bool):
+        raise ShardPlanError(f"dataset {dataset.get('name')!r}: allow_stream is {allow_stream!r}; it must be true or false")
+    fraction = dataset.get("stream_cache_fraction", 0)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ShardPlanError(f"dataset {dataset.get('name')!r}: stream_cache_fraction is {fraction!r}; it must be a fraction "
+                             "from 0 (stream everything) to 1 (keep a local copy of as much as fits)")
+    return allow_stream, float(fraction)
 
 
 def _dataset_settings(dataset):
@@ -641,7 +711,10 @@ def _holdings(plan):
         every_shard = frozenset(plan["shards"])
         return {host: every_shard for host in plan["replicated_on"]}
     per_host = {host: [] for host in plan["nodes"]}
+    stored = _stored(plan)
     for shard, hosts in plan["assignment"].items():
+        if shard not in stored:
+            continue
         for host in hosts:
             per_host[host].append(shard)
     return {host: frozenset(shards) for host, shards in per_host.items()}
@@ -694,11 +767,25 @@ def _add_changes(plan, previous):
     plan["changes"] = totals
 
 
+def _stored(plan):
+    """The shards a plan stores on its nodes (in stream mode only the cached ones)."""
+    return set(plan.get("cached") or []) if plan["mode"] == "stream" else plan["shards"]
+
+
 def node_shards(plan, host):
-    """Sorted names of the shards ``plan`` puts on ``host``."""
+    """Sorted names of the shards ``plan`` puts on ``host``'s disk."""
     if plan["mode"] == "replicate":
         return sorted(plan["shards"]) if host in plan["replicated_on"] else []
-    return sorted(shard for shard, hosts in plan["assignment"].items() if host in hosts)
+    stored = _stored(plan)
+    return sorted(shard for shard, hosts in plan["assignment"].items() if host in hosts and shard in stored)
+
+
+def node_streamed(plan, host):
+    """Sorted names of the shards ``host`` reads from their source (stream mode), not from its disk."""
+    if plan["mode"] != "stream":
+        return []
+    stored = _stored(plan)
+    return sorted(shard for shard, hosts in plan["assignment"].items() if host in hosts and shard not in stored)
 
 
 def shard_nodes(plan, shard):
@@ -735,11 +822,15 @@ def summarize(plan):
     used = [(info["bytes"] / info["capacity"] if info["capacity"] else 0.0, host) for host, info in nodes.items()]
     fullest_share, fullest = max(used) if used else (0.0, "-")
     copies = "on every node" if plan["mode"] == "replicate" else f"{plan['replicas']} cop{'y' if plan['replicas'] == 1 else 'ies'} per shard"
+    if plan["mode"] == "stream":
+        cached = plan.get("cached") or []
+        copies = f"each node streams its share, {len(cached)} shard(s) cached locally"
     return (
         f"dataset {plan['dataset']}: {plan['mode']} ({copies}), {plan['shard_count']} shards, {_human(plan['total_bytes'])} "
         f"({_human(plan['stored_bytes'])} stored) on {len(nodes)} nodes, fullest {fullest} at {fullest_share:.1%} of usable space; "
         f"fetch {changes['fetch_copies']} copies ({_human(changes['fetch_bytes'])}), "
-        f"remove {changes['remove_copies']} copies ({_human(changes['remove_bytes'])})"
+        f"remove {changes['remove_copies']} copies ({_human(changes['remove_bytes'])}); {plan['mode']} because "
+        f"{plan.get('mode_reason') or 'an earlier plan chose it'}"
     )
 
 

@@ -1762,16 +1762,19 @@ def _rank_file(rank):
     return os.path.join(HANDOFF_RANKS, "rank-%04d.txt" % rank)
 
 
-def write_handoff(dest, shards, ranks, check_mode=False):
-    """Write the lists a training job reads: shards.txt (local paths), sources.txt (the same shards' URLs) and
-    ranks/rank-NNNN.txt (disjoint round-robin parts of shards.txt, one per rank). Returns the files it changed
-    (would change, in check mode). Rank files beyond ``ranks`` are removed."""
+def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
+    """Write the lists a training job reads: shards.txt (what to read: local paths, and the URLs of the ``streamed``
+    shards, which stay at their source), sources.txt (every shard's URL) and ranks/rank-NNNN.txt (disjoint round-robin
+    parts of shards.txt, one per rank), in the order given (merged by name with ``streamed``). Returns the files it changed (would change, in check
+    mode). Rank files beyond ``ranks`` are removed."""
     if ranks < 1:
         raise StagingError("ranks is %d; give 1 or more training ranks per node" % ranks)
     dest = os.path.abspath(dest)
-    names = [shard["name"] for shard in shards]
-    paths = [os.path.join(dest, name) for name in names]
-    wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [shard["url"] for shard in shards]}
+    entries = [(shard["name"], os.path.join(dest, shard["name"]), shard["url"]) for shard in shards]
+    if streamed:
+        entries = sorted(entries + [(shard["name"], shard["url"], shard["url"]) for shard in streamed])
+    paths = [read for _name, read, _url in entries]
+    wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [url for _name, _read, url in entries]}
     for rank in range(ranks):
         wanted[_rank_file(rank)] = paths[rank::ranks]
     changed = []

@@ -80,11 +80,22 @@ options:
         to the node's temporary directory for this run only, so the list never becomes a managed file.
       - Mutually exclusive with O(shards) and O(shards_file).
     type: path
+  streamed_file:
+    description:
+      - Path on the node of a JSON list of shards (C(name), C(url)) this node reads straight from their source (stream
+        mode); nothing is fetched for them, and the hand-off lists name their URLs. A prune removes local copies of them.
+    type: path
+  streamed_src:
+    description:
+      - Path on the controller of such a list; the action plugin copies it to the node's temporary directory for this run
+        only, as for O(shards_src).
+    type: path
   handoff_ranks:
     description:
       - When set, and every shard is in place, write the lists a training job reads into O(dest)
-        C(shards.txt) (local paths, one per line), C(sources.txt) (the same shards' URLs) and
-        C(ranks/rank-NNNN.txt) for this many ranks (disjoint round-robin parts of C(shards.txt)).
+        C(shards.txt) (what to read, one per line; local paths, and the URLs of the shards in O(streamed_file)),
+        C(sources.txt) (every shard's URL) and C(ranks/rank-NNNN.txt) for this many ranks (disjoint round-robin parts
+        of C(shards.txt)).
       - Each file is replaced atomically, and only when its content changes; rank files beyond this number are removed.
     type: int
   concurrency:
@@ -265,7 +276,8 @@ journal:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import StagingError, load_shards_file, stage, write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import (
+    StagingError, load_shards_file, normalize_shards, stage, write_handoff)
 
 FAILURES_IN_MESSAGE = 20
 
@@ -295,6 +307,8 @@ def main():
             )),
             shards_file=dict(type="path"),
             shards_src=dict(type="path"),
+            streamed_file=dict(type="path"),
+            streamed_src=dict(type="path"),
             handoff_ranks=dict(type="int"),
             concurrency=dict(type="int", default=8),
             retries=dict(type="int", default=5),
@@ -310,15 +324,17 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    if params["shards_src"] is not None:
-        module.fail_json(msg="shards_src is read on the controller by the shard_fetch action; call the module by its name "
-                             "dlinfra.gpu_cluster.shard_fetch, or pass the list as shards_file on the node")
+    if params["shards_src"] is not None or params["streamed_src"] is not None:
+        module.fail_json(msg="shards_src and streamed_src are read on the controller by the shard_fetch action; call the module "
+                             "by its name dlinfra.gpu_cluster.shard_fetch, or pass the lists as shards_file / streamed_file on the node")
     try:
         if params["shards_file"] is not None:
             shards = load_shards_file(params["shards_file"])
         else:
             # Suboptions fill absent keys with None; the engine wants only what was given.
             shards = [dict((key, value) for key, value in shard.items() if value is not None) for shard in params["shards"]]
+        streamed = load_shards_file(params["streamed_file"]) if params["streamed_file"] is not None else []
+        normalize_shards(streamed)  # the same checks of names and URLs; the hand-off lists take the mappings
         result = stage(
             shards, params["dest"], concurrency=params["concurrency"], retries=params["retries"], timeout=params["timeout"],
             bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
@@ -334,7 +350,8 @@ def main():
         module.fail_json(msg=_failure_message(result, params["dest"]), **result)
     if params["handoff_ranks"] is not None:
         try:
-            result["handoff_changed"] = write_handoff(params["dest"], shards, params["handoff_ranks"], module.check_mode)
+            result["handoff_changed"] = write_handoff(params["dest"], shards, params["handoff_ranks"], module.check_mode,
+                                                      streamed=streamed)
         except (StagingError, OSError) as exc:
             module.fail_json(msg="shards are staged in %s but the hand-off lists could not be written: %s" % (params["dest"], exc), **result)
         result["changed"] = result["changed"] or bool(result["handoff_changed"])

@@ -32,6 +32,13 @@ options:
       - The action plugin fills it from O(plan); give one of the two.
     type: list
     elements: dict
+  streamed:
+    description:
+      - The shards this node reads from their source (stream mode), each with C(name) and C(url); the rank lists name
+        their URLs. The action plugin fills it from O(plan).
+    type: list
+    elements: dict
+    default: []
   plan:
     description:
       - Path on the controller of the plan M(dlinfra.gpu_cluster.shard_plan) wrote (C(NAME.plan.json) in
@@ -141,8 +148,8 @@ def _read_ranks(dest):
     return files, entries
 
 
-def verify(dest, shards, sample_fraction, rng=random):
-    """What differs between dest and the planned shards; see RETURN."""
+def verify(dest, shards, sample_fraction, rng=random, streamed=()):
+    """What differs between dest and the planned shards (and the rank lists and the streamed shards); see RETURN."""
     planned = {shard["name"]: shard for shard in shards}
     on_disk = {}
     if os.path.isdir(dest):
@@ -159,7 +166,7 @@ def verify(dest, shards, sample_fraction, rng=random):
     mismatch = [name for name in sampled if _sha256(os.path.join(dest, name)) != planned[name]["sha256"]]
 
     files, entries = _read_ranks(dest)
-    wanted = {os.path.join(os.path.abspath(dest), name) for name in planned}
+    wanted = {os.path.join(os.path.abspath(dest), name) for name in planned} | {shard["url"] for shard in streamed}
     seen, duplicates = set(), set()
     for entry in entries:
         (duplicates if entry in seen else seen).add(entry)
@@ -182,6 +189,7 @@ def main():
         argument_spec=dict(
             dest=dict(type="path", required=True),
             shards=dict(type="list", elements="dict"),
+            streamed=dict(type="list", elements="dict", default=[]),
             plan=dict(type="path"),
             sample_fraction=dict(type="float", default=0.05),
         ),
@@ -198,7 +206,7 @@ def main():
         if not {"name", "size", "sha256"} <= set(shard):
             module.fail_json(msg="shards: every entry needs name, size and sha256; got %s" % sorted(shard))
     try:
-        result = verify(module.params["dest"], module.params["shards"], fraction)
+        result = verify(module.params["dest"], module.params["shards"], fraction, streamed=module.params["streamed"])
     except OSError as error:
         module.fail_json(msg="could not read %s: %s" % (module.params["dest"], error))
     module.exit_json(changed=False, **result)

@@ -296,7 +296,8 @@ def test_choose_mode(mode, capacities, replicas, expected):
     [
         ("auto", {"a": 60, "b": 60, "c": 70}, 2, "2 replica(s) of 100 B need 200 B but the 3 node(s) have 190 B usable; 10 B (10 bytes) are missing"),
         ("partition", {"a": 40, "b": 40}, 1, "20 B (20 bytes) are missing. Stream it from distributed storage instead"),
-        ("auto", {"a": 10}, 1, "(e.g. WebDataset reading straight from the HTTP / AIStore source)"),
+        ("auto", {"a": 10}, 1, "(e.g. WebDataset reading straight from the HTTP / AIStore source; allow_stream: true makes "
+                               "mode auto plan that)"),
         ("replicate", {"a": 100, "b": 70, "c": 99}, 1, "dataset 'ds' (100 B) cannot be replicated: b short by 30 B (30 bytes), c short by 1 B (1 bytes)"),
         ("replicate", {"a": 100}, 2, "dataset 'ds': replicas is 2 but only 1 node(s) are targeted"),
         ("partition", {"a": 1000, "b": 1000}, 3, "replicas is 3 but only 2 node(s) are targeted"),
@@ -587,6 +588,7 @@ def test_replicated_plan():
         "dataset": "tiny",
         "mode": "replicate",
         "requested_mode": "auto",
+        "mode_reason": "4.0 KiB fits on every node (smallest has 9.0 KiB usable)",
         "replicas": 2,
         "headroom": 0.1,
         "shard_count": 3,
@@ -595,16 +597,20 @@ def test_replicated_plan():
         "shards": {"a.tar": 1024, "b.tar": 2048, "c.tar": 1024},
         "assignment": None,
         "replicated_on": ["n1", "n2"],
+        "cached": None,
         "nodes": {
             "n1": {"capacity": 9216, "weight": 9216.0, "shards": 3, "bytes": 4096, "free_after": 6144,
-                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0},
+                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0,
+                   "streamed_shards": 0, "streamed_bytes": 0},
             "n2": {"capacity": 80_000, "weight": 79872.0, "shards": 3, "bytes": 4096, "free_after": 95904,
-                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0},
+                   "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0,
+                   "streamed_shards": 0, "streamed_bytes": 0},
         },
         "changes": {"fetch_copies": 6, "fetch_bytes": 8192, "remove_copies": 0, "remove_bytes": 0,
                     "moved_shards": 3, "dropped_nodes": []},
         "summary": "dataset tiny: replicate (on every node), 3 shards, 4.0 KiB (8.0 KiB stored) on 2 nodes, "
-                   "fullest n1 at 44.4% of usable space; fetch 6 copies (8.0 KiB), remove 0 copies (0 B)",
+                   "fullest n1 at 44.4% of usable space; fetch 6 copies (8.0 KiB), remove 0 copies (0 B); replicate because "
+                   "4.0 KiB fits on every node (smallest has 9.0 KiB usable)",
     }
     assert node_shards(plan, "n2") == ["a.tar", "b.tar", "c.tar"]
     assert node_shards(plan, "elsewhere") == []
@@ -640,7 +646,7 @@ def test_replanning_the_same_inputs_changes_nothing():
     again = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, records(sizes), eight_nodes(), previous=json.loads(json.dumps(plan)))
     assert again["assignment"] == plan["assignment"]
     assert again["changes"] == {"fetch_copies": 0, "fetch_bytes": 0, "remove_copies": 0, "remove_bytes": 0, "moved_shards": 0, "dropped_nodes": []}
-    assert again["summary"].endswith("fetch 0 copies (0 B), remove 0 copies (0 B)")
+    assert again["summary"].endswith("fetch 0 copies (0 B), remove 0 copies (0 B); partition because mode partition requested")
 
 
 def test_a_new_node_fetches_what_the_others_remove():
@@ -698,7 +704,9 @@ def test_switching_from_replicate_to_partition_removes_the_extra_copies():
     [
         ("yt8m", "dataset settings must be a mapping"),
         ({}, "dataset 'name' must be a non-empty string, got None"),
-        ({"name": "ds", "mode": "stream"}, "dataset 'ds': mode is 'stream'; choose one of auto, replicate, partition"),
+        ({"name": "ds", "mode": "copy"}, "dataset 'ds': mode is 'copy'; choose one of auto, replicate, partition, stream"),
+        ({"name": "ds", "allow_stream": "yes"}, "dataset 'ds': allow_stream is 'yes'; it must be true or false"),
+        ({"name": "ds", "stream_cache_fraction": 1.5}, "dataset 'ds': stream_cache_fraction is 1.5; it must be a fraction"),
         ({"name": "ds", "replicas": 0}, "dataset 'ds': replicas is 0"),
         ({"name": "ds", "replicas": "2"}, "dataset 'ds': replicas is '2'"),
         ({"name": "ds", "replicas": True}, "dataset 'ds': replicas is True"),
@@ -765,5 +773,5 @@ def test_summarize_reports_the_fullest_node():
     share = plan["nodes"][fullest]["bytes"] / plan["nodes"][fullest]["capacity"]
     assert summarize(plan) == plan["summary"] == (
         f"dataset ds: partition (1 copy per shard), 2 shards, 4.0 GiB (4.0 GiB stored) on 2 nodes, fullest {fullest} at {share:.1%} "
-        "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B)"
+        "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B); partition because mode partition requested"
     )

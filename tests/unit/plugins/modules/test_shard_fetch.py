@@ -135,3 +135,27 @@ def test_module_file_runs_as_a_program_with_an_args_file(tmp_path, source):
     assert completed.returncode == 0, completed.stderr
     assert (result["changed"], result["fetched"]) == (True, 3)
     assert not (tmp_path / "dest").exists()
+
+
+def test_streamed_shards_are_listed_not_fetched_and_their_local_copies_pruned(tmp_path, capsys, monkeypatch, source):
+    dest = tmp_path / "dest"
+    run_module(capsys, monkeypatch, dict(dest=str(dest), shards=source))  # all three cached before
+    streamed_file = tmp_path / "streamed.json"
+    streamed = [{"name": "chunks-000001.tar", "url": "http://store/ds/chunks-000001.tar"},
+                {"name": "chunks-000002.tar", "url": "http://store/ds/chunks-000002.tar"}]
+    streamed_file.write_text(json.dumps(streamed))
+
+    result = run_module(capsys, monkeypatch, dict(dest=str(dest), shards=source[:1], streamed_file=str(streamed_file),
+                                                  prune=True, handoff_ranks=2))
+
+    assert result["_exit_code"] == 0 and result["removed"] == 2
+    assert sorted(name for name in os.listdir(dest) if name.endswith(".tar")) == ["chunks-000000.tar"]
+    assert (dest / "shards.txt").read_text().split() == [str(dest / "chunks-000000.tar")] + [s["url"] for s in streamed]
+    assert (dest / "ranks" / "rank-0001.txt").read_text().split() == [streamed[0]["url"]]
+
+
+def test_a_streamed_list_with_a_bad_url_fails_naming_it(tmp_path, capsys, monkeypatch, source):
+    streamed_file = tmp_path / "streamed.json"
+    streamed_file.write_text(json.dumps([{"name": "x.tar", "url": "ftp://store/x.tar"}]))
+    result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source, streamed_file=str(streamed_file)))
+    assert result["failed"] is True and "ftp://store/x.tar" in result["msg"]
