@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is a step of theirs.
 PYTHON ?= python3
 
-.PHONY: test demo demo-down venv docker images unit lint sanity molecule bench
+.PHONY: test demo demo-down venv docker images unit lint sanity molecule bench bench-peer
 
 test:  ## every check, in order, with each stage's time (what CI runs)
 	@$(PYTHON) tests/harness/run_stages.py
@@ -35,3 +35,6 @@ molecule: venv images
 
 bench: venv  ## the full staging benchmark (~16 min, ~12 GiB free disk): the table and the issue's targets
 	@.venv/bin/python benchmarks/staging/run.py --json benchmarks/staging/results/full.json
+
+bench-peer: venv images  ## peer-assisted staging: 1, 2 and 4 nodes in containers, direct vs peer-assisted (~4 min)
+	@.venv/bin/python benchmarks/peer/run.py --json benchmarks/peer/results/full.json
