@@ -1,8 +1,9 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""shard_fetch's controller half: ship the lists that live on the controller (shards_src, and in stream mode
-streamed_src) to the node's temporary directory, so the module reads them as shards_file / streamed_file without the
-lists becoming managed state."""
+"""shard_fetch's controller half: ship the lists that live on the controller (shards_src, in stream mode streamed_src,
+peer-assisted peer_src) to the node's temporary directory, so the module reads them as shards_file / streamed_file /
+peer_file without the lists becoming managed state. Runs under async too (the role starts every node's fetch at once
+that way): the temporary directory then goes when the module ends."""
 
 import os
 
@@ -11,15 +12,18 @@ from ansible.plugins.action import ActionBase
 
 # controller option -> (module option, the options it excludes, file name in the node's temporary directory)
 _SHIPPED = {"shards_src": ("shards_file", ("shards", "shards_file"), "shards.json"),
-            "streamed_src": ("streamed_file", ("streamed_file",), "streamed.json")}
+            "streamed_src": ("streamed_file", ("streamed_file",), "streamed.json"),
+            "peer_src": ("peer_file", ("peer_file",), "peer.json")}
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = True
+    _supports_async = True
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         module_args = dict(self._task.args)
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
         try:
             for option, (module_option, excluded, remote_name) in _SHIPPED.items():
                 source = module_args.pop(option, None)
@@ -37,7 +41,8 @@ class ActionModule(ActionBase):
                 self._fixup_perms2((self._connection._shell.tmpdir, remote))
                 module_args[module_option] = remote
             result.update(self._execute_module(module_name="dlinfra.gpu_cluster.shard_fetch", module_args=module_args,
-                                               task_vars=task_vars))
+                                               task_vars=task_vars, wrap_async=wrap_async))
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
         return result

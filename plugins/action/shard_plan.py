@@ -14,7 +14,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
-    ShardPlanError, expand_source, make_plan, node_shards, node_streamed, parse_index, shard_records)
+    ShardPlanError, expand_source, make_plan, node_shards, node_streamed, parse_index, peer_roles, shard_records)
 
 HEAD_CONCURRENCY = 32
 
@@ -95,6 +95,8 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout"))
     # Each target's room, as the role's probe left it: {"reserve_bytes": N, "results": [shard_space results]}.
     ROOM_VAR = "__shard_staging_room"
+    # Where each target serves its shards to the others (peer-assisted staging): {"address": ..., "port": N}.
+    PEER_VAR = "__shard_staging_peer_endpoint"
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -104,6 +106,7 @@ class ActionModule(ActionBase):
         if not isinstance(datasets, list) or not isinstance(targets, list) or not targets or not plan_dir:
             raise AnsibleActionFail("shard_plan needs datasets (a list), targets (a non-empty list of hosts) and plan_dir")
         space = {host: self._room(task_vars["hostvars"].get(host, {})) for host in targets}
+        self._endpoints = {host: task_vars["hostvars"].get(host, {}).get(self.PEER_VAR) for host in targets}
         plan_dir = os.path.abspath(os.path.expanduser(plan_dir))
         result.update(changed=False, datasets={})
         diff_before, diff_after = [], []
@@ -122,6 +125,32 @@ class ActionModule(ActionBase):
             result["diff"] = {"before": "\n".join(diff_before) + "\n", "after": "\n".join(diff_after) + "\n",
                               "before_header": "previous plans", "after_header": "new plans"}
         return result
+
+    def _peer_configs(self, dataset, plan):
+        """Per node: where it listens, which peer it asks for which shard (and that peer's URL), who asks it."""
+        roles = peer_roles(plan)
+        missing = sorted(host for host in roles if not (self._endpoints.get(host) or {}).get("address"))
+        if missing:
+            raise ShardPlanError("dataset %r is staged peer-assisted but %s found no address to serve peers on: set "
+                                 "shard_staging_peer_address for them (their address on the cluster network), or give the dataset "
+                                 "peer_assist: false" % (dataset, ", ".join(missing)))
+        configs = {}
+        for host, role in roles.items():
+            upstream = sorted(set(role["sources"].values()))
+            configs[host] = {
+                "node": host,
+                "address": self._endpoints[host]["address"],
+                "port": int(self._endpoints[host]["port"]),
+                "peers": {peer: self._url(peer) for peer in upstream},
+                "sources": role["sources"],
+                "downstream": role["downstream"],
+            }
+        return configs
+
+    def _url(self, host):
+        endpoint = self._endpoints[host]
+        address = endpoint["address"]
+        return "http://%s:%d" % ("[%s]" % address if ":" in address else address, int(endpoint["port"]))
 
     def _room(self, hostvars):
         """{dataset: {free_bytes, held_bytes, total_bytes}} of one target, its reserve taken off; {} if it never reported."""
@@ -148,7 +177,8 @@ class ActionModule(ActionBase):
         if os.path.exists(plan_path):
             with open(plan_path, encoding="utf-8") as handle:
                 previous = json.load(handle)
-        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction")
+        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction",
+                                                  "peer_assist")
                     if dataset.get(key) is not None}
         plan = make_plan(settings, shards, nodes, previous)
         plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
@@ -164,9 +194,12 @@ class ActionModule(ActionBase):
             if plan["mode"] == "stream":
                 stream_lists[host] = write_list(plan_dir, [{"name": shard, "url": by_record[shard]["url"]}
                                                            for shard in node_streamed(plan, host)])
+        peer_lists = {host: write_list(plan_dir, config) for host, config in self._peer_configs(name, plan).items()}
         return {
             "changed": changed,
             "mode": plan["mode"],
+            "transfer": plan["transfer"],
+            "peer_lists": peer_lists,
             "summary": plan["summary"],
             "plan_file": plan_path,
             "changes": plan["changes"],

@@ -582,6 +582,9 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
     """
     name, mode, replicas, headroom = _dataset_settings(dataset)
     allow_stream, cache_fraction = _stream_settings(dataset)
+    peer_assist = dataset.get("peer_assist", True)
+    if not isinstance(peer_assist, bool):
+        raise ShardPlanError(f"dataset {name!r}: peer_assist is {peer_assist!r}; it must be true or false")
     sizes = _shard_sizes(name, shards)
     if not isinstance(nodes, dict) or not nodes:
         raise ShardPlanError(f"dataset {name!r}: no target nodes given; target at least one host with a dest filesystem")
@@ -635,8 +638,60 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
         for host in hosts
     }
     _add_changes(plan, previous)
+    _add_transfer(plan, previous, peer_assist)
     plan["summary"] = summarize(plan)
     return plan
+
+
+def copies_per_shard(plan):
+    return len(plan["replicated_on"]) if plan["mode"] == "replicate" else plan["replicas"]
+
+
+def seeders(plan):
+    """{shard: the node that fetches it from its source}: the first node of its placement (for a replicated plan,
+    equal-weight HRW over the nodes, so each node seeds an even share). The other nodes that hold it take it from there."""
+    if plan["mode"] == "replicate":
+        hosts = plan["replicated_on"]
+        placed = place_shards(plan["shards"], {host: 1 << 62 for host in hosts}, 1)
+        return {shard: where[0] for shard, where in placed.items()}
+    return {shard: where[0] for shard, where in plan["assignment"].items()}
+
+
+def _add_transfer(plan, previous, peer_assist):
+    """How the copies to fetch travel: from the source, or (peer-assisted, when a shard has more than one copy) once from
+    the source and then between the nodes."""
+    fetch_bytes = plan["changes"]["fetch_bytes"]
+    assisted = peer_assist and copies_per_shard(plan) > 1
+    plan["transfer"] = {"peer_assist": assisted, "source_bytes": fetch_bytes, "peer_bytes": 0}
+    if not assisted:
+        return
+    new = _holdings(plan)
+    old = _holdings(previous) if previous else {}
+    sizes = plan["shards"]
+    seeded = {}
+    for shard, host in seeders(plan).items():
+        seeded.setdefault(host, []).append(shard)
+    empty = frozenset()
+    source = 0
+    for host, held in new.items():
+        before = old.get(host, empty)
+        source += sum(sizes[shard] for shard in seeded.get(host, ()) if shard in held and shard not in before)
+    plan["transfer"].update(source_bytes=source, peer_bytes=fetch_bytes - source)
+
+
+def peer_roles(plan):
+    """{host: {"sources": {shard: peer it asks}, "downstream": [hosts that ask it]}} of a peer-assisted plan, else {}."""
+    if not plan.get("transfer", {}).get("peer_assist"):
+        return {}
+    seeder = seeders(plan)
+    roles = {host: {"sources": {}, "downstream": set()} for host in plan["nodes"]}
+    for shard, hosts in ((shard, shard_nodes(plan, shard)) for shard in sorted(plan["shards"])):
+        first = seeder[shard]
+        for host in hosts:
+            if host != first:
+                roles[host]["sources"][shard] = first
+                roles[first]["downstream"].add(host)
+    return {host: {"sources": role["sources"], "downstream": sorted(role["downstream"])} for host, role in roles.items()}
 
 
 def _counts(hosts, assignment, sizes):
@@ -825,10 +880,13 @@ def summarize(plan):
     if plan["mode"] == "stream":
         cached = plan.get("cached") or []
         copies = f"each node streams its share, {len(cached)} shard(s) cached locally"
+    transfer = plan.get("transfer") or {}
+    between = (f": {_human(transfer['source_bytes'])} from the source, {_human(transfer['peer_bytes'])} between peers"
+               if transfer.get("peer_assist") and changes["fetch_bytes"] else "")
     return (
         f"dataset {plan['dataset']}: {plan['mode']} ({copies}), {plan['shard_count']} shards, {_human(plan['total_bytes'])} "
         f"({_human(plan['stored_bytes'])} stored) on {len(nodes)} nodes, fullest {fullest} at {fullest_share:.1%} of usable space; "
-        f"fetch {changes['fetch_copies']} copies ({_human(changes['fetch_bytes'])}), "
+        f"fetch {changes['fetch_copies']} copies ({_human(changes['fetch_bytes'])}{between}), "
         f"remove {changes['remove_copies']} copies ({_human(changes['remove_bytes'])}); {plan['mode']} because "
         f"{plan.get('mode_reason') or 'an earlier plan chose it'}"
     )

@@ -18,6 +18,7 @@ arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
 
 import collections
 import contextlib
+import heapq
 import errno
 import fcntl
 import gc
@@ -35,6 +36,9 @@ import sys
 import threading
 import time
 from urllib.parse import unquote, urljoin, urlsplit
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import (
+    RETRY_SECONDS, PeerServer, PeerSources, shard_path)
 
 JOURNAL_NAME = ".shard_fetch.journal"
 LOCK_NAME = ".shard_fetch.lock"
@@ -121,6 +125,18 @@ def load_shards_file(path):
         data = data.get("shards")
     if not isinstance(data, list):
         raise StagingError("shards_file %s must hold a JSON list of shards or an object with a 'shards' list" % path)
+    return data
+
+
+def load_peer_file(path):
+    """Read a peer-assisted run's settings (see stage()'s ``peer``) from a JSON object."""
+    try:
+        with open(path, "rb") as handle, _cyclic_gc_paused():
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise StagingError("cannot read peer_file %s: %s" % (path, exc))
+    if not isinstance(data, dict):
+        raise StagingError("peer_file %s must hold a JSON object" % path)
     return data
 
 
@@ -513,6 +529,8 @@ class _Partial(object):
 
     def __init__(self, dest, shard, checkpoint_bytes, has_state):
         self.shard = shard
+        # What the received bytes must hash to: the shard's sha256, else (from a peer) what the peer staged.
+        self.expected_sha256 = shard.sha256
         self.path = os.path.join(dest, "." + shard.name + PART_SUFFIX)
         self.state_path = os.path.join(dest, "." + shard.name + STATE_SUFFIX)
         self.final_path = os.path.join(dest, shard.name)
@@ -647,8 +665,8 @@ class _Partial(object):
         if shard.size is not None and self.offset != shard.size:
             raise _ChecksumError("received %d bytes, expected %d" % (self.offset, shard.size))
         digest = self.hasher.hexdigest() if self.hasher is not None else self._hash_from_disk()
-        if shard.sha256 is not None and digest != shard.sha256:
-            raise _ChecksumError("sha256 is %s, expected %s" % (digest, shard.sha256))
+        if self.expected_sha256 is not None and digest != self.expected_sha256:
+            raise _ChecksumError("sha256 is %s, expected %s" % (digest, self.expected_sha256))
         try:
             if sync:
                 os.fsync(self.fd)
@@ -972,7 +990,7 @@ class _Connections(object):
 
 class _Outcome(object):
     __slots__ = ("kind", "shard", "size", "mtime_ns", "sha256", "validator", "reason", "received",
-                 "resumed", "hashed", "repaired", "forget", "part")
+                 "resumed", "hashed", "repaired", "forget", "part", "peer")
 
     def __init__(self, kind, shard, received=0):
         self.kind = kind
@@ -980,6 +998,8 @@ class _Outcome(object):
         self.received = received
         # A fetched shard whose part file still has to be made durable and published (group commit).
         self.part = None
+        # The peer it came from; None: from its source.
+        self.peer = None
         self.size = self.mtime_ns = self.sha256 = self.validator = self.reason = None
         self.resumed = self.hashed = self.repaired = self.forget = False
 
@@ -1004,6 +1024,8 @@ class _Transfer(object):
         self.group_commit_bytes = -1
         # Names whose .part.state file the scan found (only these can be resumed).
         self.states = frozenset()
+        # PeerSources when other nodes of the run hand this one some of its shards; None: everything from the sources.
+        self.peers = None
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
         self._ssl = None
@@ -1053,6 +1075,14 @@ class _Transfer(object):
         is_file = shard.url.startswith("file://")
         attempt = mismatches = 0
         try:
+            source = self.peers.peer_for(shard.name) if self.peers is not None else None
+            if source is not None:
+                try:
+                    outcome = self._from_peer(shard, part, *source)
+                except _LocalError as exc:
+                    return self._give_up(shard, part, str(exc))
+                if outcome is not None:
+                    return outcome
             while True:
                 try:
                     if is_file:
@@ -1104,11 +1134,69 @@ class _Transfer(object):
         outcome.reason = reason
         return outcome
 
+    # -- from a peer -------------------------------------------------------------------------------
+
+    def _from_peer(self, shard, part, peer, base):
+        """The outcome of asking a peer for the shard: fetched, or deferred (the peer does not have it yet); None when
+        it must come from its source instead (the peer will not have it, went silent, or sent bad bytes)."""
+        before = part.received
+        try:
+            return self._ask_peer(shard, part, peer, base)
+        finally:
+            self.peers.count(peer, part.received - before)
+
+    def _ask_peer(self, shard, part, peer, base):
+        peers = self.peers
+        conns = self._local.conns
+        url = base + shard_path(shard.name)
+        try:
+            response, origin = self._open(url, dict(peers.headers(), **{"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}),
+                                          conns)
+        except (_TransientError, _PermanentError, OSError) as exc:
+            if peers.unreachable(peer, _describe(exc)) and peers.may_wait(shard.name):
+                return _Outcome("deferred", shard)
+            return None
+        peers.answered(peer)
+        status = response.status
+        if status != 200:
+            try:
+                response.read(64 * 1024)
+                conns.release(origin, response)
+            except (_TransientError, OSError):
+                conns.drop(origin)
+            if status == 503 and peers.may_wait(shard.name):
+                return _Outcome("deferred", shard)
+            if status == 401:
+                peers.give_up(peer, "it refused this run's token")
+            return None
+        try:
+            part.restart(_validator_of(response), _content_length(response))
+            part.expected_sha256 = shard.sha256 or response.getheader("X-Shard-Sha256")
+            if shard.size is not None and part.total != shard.size:
+                raise _ChecksumError("it has %s bytes, expected %d" % (part.total, shard.size))
+            self._receive(response, part, part.total)
+            outcome = self._finish(shard, part)
+        except _ChecksumError as exc:
+            conns.drop(origin)
+            part.discard()
+            peers.sent_bad_data(peer, shard.name, str(exc))
+            return None
+        except (_TransientError, OSError) as exc:
+            conns.drop(origin)
+            part.reset()
+            if peers.unreachable(peer, _describe(exc)) and peers.may_wait(shard.name):
+                return _Outcome("deferred", shard)
+            return None
+        conns.release(origin, response)
+        outcome.peer = peer
+        return outcome
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     def _download(self, shard, part):
         conns = self._local.conns
         offset = part.resume_offset(self.buffer_size)
+        part.expected_sha256 = shard.sha256
         while True:
             headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
             if offset:
@@ -1274,6 +1362,33 @@ class _Transfer(object):
                 return
 
 
+class _TaskQueue(object):
+    """The run's shards to process, in order; a shard a peer does not have yet comes back after RETRY_SECONDS."""
+
+    def __init__(self, tasks):
+        self.ready = collections.deque(tasks)
+        self.later = []
+        self.order = itertools.count()
+        self.changed = threading.Condition()
+
+    def get(self):
+        """The next task, waiting for a deferred one when only those are left; None when there is nothing left."""
+        with self.changed:
+            while True:
+                if self.later and self.later[0][0] <= time.monotonic():
+                    self.ready.append(heapq.heappop(self.later)[2])
+                if self.ready:
+                    return self.ready.popleft()
+                if not self.later:
+                    return None
+                self.changed.wait(self.later[0][0] - time.monotonic())
+
+    def defer(self, task):
+        with self.changed:
+            heapq.heappush(self.later, (time.monotonic() + RETRY_SECONDS, next(self.order), task))
+            self.changed.notify()
+
+
 class _GroupCommit(object):
     """Fetched small shards waiting to be made durable together: one syncfs(2) for the batch, then their renames;
     then they are handed back for the journal, whose every save fsyncs the directory first.
@@ -1394,7 +1509,8 @@ class _Run(object):
         self.check_mode = settings["check_mode"]
         self.report_limit = settings["report_limit"]
         self.journal = None
-        self.counts = dict(fetched=0, fetched_bytes=0, resumed=0, confirmed=0, verified=0, repaired=0, removed=0, removed_bytes=0)
+        self.counts = dict(fetched=0, fetched_bytes=0, resumed=0, confirmed=0, verified=0, repaired=0, removed=0, removed_bytes=0,
+                           from_peers=0)
         self.fetched_names = []
         self.removed_names = []
         self.failed = []
@@ -1403,6 +1519,8 @@ class _Run(object):
         self.fetch_seconds = 0.0
         self.transfer = _Transfer(dest, settings["retries"], settings["timeout"], settings["backoff"], settings["backoff_max"],
                                   settings["bandwidth_limit"], settings["buffer_size"], settings["checkpoint_bytes"], self.check_mode)
+        # Peer-assisted staging (see shard_peer): the server hands this node's staged shards to the other nodes.
+        self.server = None
 
     # -- preparation -----------------------------------------------------------------------------
 
@@ -1458,6 +1576,8 @@ class _Run(object):
                 tasks.append((shard, None))
             elif staged and verify == "quick":
                 self.counts["confirmed"] += 1
+                if self.server is not None:
+                    self.server.publish(shard.name, size, mtime_ns, entry[2])
             elif staged:
                 tasks.append((shard, shard.sha256 or entry[2]))
             elif shard.sha256 is not None:
@@ -1523,7 +1643,7 @@ class _Run(object):
     def _run_workers(self, tasks, group):
         # Outcomes go into a deque that this thread drains once per tick (the group commit interval) instead of
         # waking for each of them: with thousands of small shards a wake-up per shard cost more than the shard.
-        todo, done, wake = collections.deque(tasks), collections.deque(), threading.Event()
+        todo, done, wake = _TaskQueue(tasks), collections.deque(), threading.Event()
         workers = [threading.Thread(target=self._work, args=(todo, done, wake), name="shard-fetch-%d" % index, daemon=True)
                    for index in range(min(self.settings["concurrency"], len(tasks)))]
         for worker in workers:
@@ -1558,16 +1678,19 @@ class _Run(object):
         conns = transfer._local.conns = _Connections(self.settings["timeout"], transfer.ssl_context)
         try:
             while True:
-                try:
-                    shard, expected = todo.popleft()
-                except IndexError:
+                task = todo.get()
+                if task is None:
                     return
+                shard, expected = task
                 try:
                     outcome = transfer.process(shard, expected, conns)
                 except Exception as exc:  # pylint: disable=broad-except
                     # A bug must cost one shard, not hang the run waiting for its outcome.
                     outcome = transfer._failure(shard, "internal error: %r" % exc)
-                done.append(outcome)
+                if outcome.kind == "deferred":
+                    todo.defer(task)
+                else:
+                    done.append(outcome)
         finally:
             conns.close()
             wake.set()
@@ -1583,6 +1706,8 @@ class _Run(object):
             previous = self.journal.entries.get(shard.name)
             validator = previous[3] if previous and len(previous) > 3 else None
             self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, validator)
+            if self.server is not None:
+                self.server.publish(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256)
         elif outcome.kind in ("fetched", "would_fetch"):
             counts["fetched"] += 1
             counts["resumed"] += int(outcome.resumed)
@@ -1591,6 +1716,10 @@ class _Run(object):
                 counts["fetched_bytes"] += shard.size or 0
             else:
                 self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, outcome.validator)
+                if self.server is not None:
+                    self.server.publish(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256)
+            if outcome.peer is not None:
+                counts["from_peers"] += 1
             if len(self.fetched_names) < self.report_limit:
                 self.fetched_names.append(shard.name)
         else:
@@ -1598,6 +1727,8 @@ class _Run(object):
             if outcome.repaired and self._withdraw_corrupt(shard):
                 reason += "; the corrupt staged copy was removed"
             self._record_failure(shard, reason)
+            if self.server is not None:
+                self.server.fail(shard.name)
 
     def _withdraw_corrupt(self, shard):
         """Remove a staged shard that failed verification and could not be replaced, so no reader uses it."""
@@ -1687,12 +1818,24 @@ class _Run(object):
             journal=self.journal_path,
             warnings=self.warnings,
         )
+        peers = self.transfer.peers
+        if peers is not None or self.server is not None:
+            peer_bytes = sum(peers.from_peers.values()) if peers is not None else 0
+            result["peers"] = dict(
+                source_bytes=counts["fetched_bytes"] - peer_bytes,
+                peer_bytes=peer_bytes,
+                from_peers=dict(peers.from_peers) if peers is not None else {},
+                bad_data=list(peers.bad) if peers is not None else [],
+                given_up=dict(peers.given_up) if peers is not None else {},
+                served_bytes=0,
+                not_done=[],
+            )
         return result
 
 
 def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
-          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2):
+          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None):
     """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
 
     Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
@@ -1700,6 +1843,9 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     and the other shards are still staged; prune then does nothing. check_mode only reads (and hashes
     where verification is due) and reports what a real run would do. Shards of up to group_commit_bytes are made
     durable in batches (at most commit_interval seconds apart) with one syncfs(2) each where that can be trusted.
+
+    ``peer`` (peer-assisted staging, see shard_peer and _peer_settings) lets this node take some shards from the other
+    nodes of the run and serve its own to them; it is ignored in check mode.
     """
     started = time.monotonic()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
@@ -1719,6 +1865,8 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
         with _cyclic_gc_paused():
             shards = normalize_shards(shards)
         run = _Run(shards, dest, journal_path, settings)
+        if peer is not None and not check_mode:
+            _set_up_peers(run, _peer_settings(peer))
         run.prepare_dest()
         if scan is None:
             lock.acquire()
@@ -1731,7 +1879,61 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
             lock.release()
 
 
+_PEER_KEYS = {"node": str, "address": str, "port": int, "token": str, "peers": dict, "sources": dict, "downstream": list,
+              "wait": (int, float), "linger": (int, float)}
+
+
+def _peer_settings(peer):
+    if not isinstance(peer, dict) or set(peer) - set(_PEER_KEYS):
+        raise StagingError("peer must be a mapping of %s" % ", ".join(sorted(_PEER_KEYS)))
+    settings = dict(address="", port=0, peers={}, sources={}, downstream=[], wait=120.0, linger=60.0)
+    settings.update(peer)
+    for key, kind in _PEER_KEYS.items():
+        if key not in settings or isinstance(settings[key], bool) or not isinstance(settings[key], kind):
+            raise StagingError("peer %s must be given as %s" % (key, getattr(kind, "__name__", "a number")))
+    if len(settings["token"]) < 16:
+        raise StagingError("peer token must have at least 16 characters")
+    if settings["downstream"] and not (settings["address"] and 0 < settings["port"] < 65536):
+        raise StagingError("node %s serves peers but has no address and port to listen on" % settings["node"])
+    unknown = sorted(set(settings["sources"].values()) - set(settings["peers"]))
+    if unknown:
+        raise StagingError("peer sources name %s, which are not among the peers %s" % (", ".join(unknown), ", ".join(sorted(settings["peers"]))))
+    if settings["wait"] < 0 or settings["linger"] < 0:
+        raise StagingError("peer wait and linger must not be negative")
+    return settings
+
+
+def _set_up_peers(run, settings):
+    token = settings["token"]
+    if settings["sources"]:
+        run.transfer.peers = PeerSources(token, settings["peers"], settings["sources"], settings["wait"], settings["node"],
+                                         settings["linger"])
+    if settings["downstream"]:
+        run.server = PeerServer(run.dest, settings["address"], settings["port"], token, [shard.name for shard in run.shards],
+                                settings["downstream"], settings["linger"])
+
+
 def _stage_locked(run, scan, verify, prune, started):
+    result = None
+    try:
+        result = _stage_serving(run, scan, verify, prune, started)
+        return result
+    finally:
+        # The nodes this one took shards from are told it is done, so they stop serving as soon as nobody needs them.
+        if run.transfer.peers is not None:
+            run.transfer.peers.tell_done(run.settings["timeout"], run.transfer.peers.linger)
+        server = run.server
+        if server is not None and server.serving:
+            server.close_pending()
+            try:
+                not_done = server.wait_for_downstream()
+            finally:
+                server.stop()
+            if result is not None:
+                result["peers"].update(served_bytes=server.served_bytes, not_done=not_done)
+
+
+def _stage_serving(run, scan, verify, prune, started):
     with _cyclic_gc_paused():
         run.load_journal()
         files, states = scan.collect()
@@ -1739,6 +1941,12 @@ def _stage_locked(run, scan, verify, prune, started):
         run.transfer.states = frozenset(states)
         tasks = run.plan(files, verify)
     run.check_space(tasks, partials)
+    if run.server is not None:
+        try:
+            run.server.start()
+        except OSError as exc:
+            run.server = None
+            raise StagingError("%s; free that port or set another (shard_staging_peer_port)" % exc.strerror)
     run.execute(tasks)
     if prune and (run.failed or run.errors):
         run.warnings.append("prune skipped: %d shards failed, so nothing unassigned was removed" % len(run.failed))

@@ -90,6 +90,43 @@ options:
       - Path on the controller of such a list; the action plugin copies it to the node's temporary directory for this run
         only, as for O(shards_src).
     type: path
+  peer_file:
+    description:
+      - Path on the node of a JSON object that makes this run peer-assisted, as the role's planner writes it
+        (C(node), C(address), C(port), C(peers), C(sources), C(downstream)). The shards that C(sources) names are asked
+        for from that peer (by C(peers), its URL) first, and from their source only when the peer will not have them, stopped
+        answering for 30 seconds (never answered, for O(peer_wait)), or sent bytes that failed their sha256; every transfer is verified and published as
+        from the source. When C(downstream) names nodes, this node serves them its own staged shards on C(address):C(port)
+        while the run lasts, and until they say they are done (or nobody asked for anything for O(peer_linger) seconds).
+      - Ignored in check mode.
+    type: path
+  peer_src:
+    description:
+      - Path on the controller of such an object; the action plugin copies it to the node's temporary directory for this run
+        only, as for O(shards_src).
+    type: path
+  peer_token:
+    description:
+      - The run's shared secret; the peers' requests must carry it. At least 16 characters; required with O(peer_file).
+    type: str
+  peer_hosts:
+    description:
+      - The nodes of the run that are still in the play. A peer not among them (it failed earlier) is neither asked for shards
+        nor waited for; this node takes those shards from their source at once.
+      - Default, every node the peer file names.
+    type: list
+    elements: str
+  peer_wait:
+    description:
+      - Seconds a shard waits for the peer that is fetching it before this node takes it from its source instead.
+    type: float
+    default: 300
+  peer_linger:
+    description:
+      - Seconds this node keeps serving, after its own shards are done, without any request from the nodes that have not
+        said they are done.
+    type: float
+    default: 60
   handoff_ranks:
     description:
       - When set, and every shard is in place, write the lists a training job reads into O(dest)
@@ -268,6 +305,20 @@ handoff_changed:
   type: list
   elements: str
   sample: [shards.txt, ranks/rank-0000.txt]
+peers:
+  description:
+    - Peer-assisted runs only. C(source_bytes) and C(peer_bytes) received from sources and from peers, C(from_peers) bytes per
+      peer, C(served_bytes) sent to peers, C(bad_data) the peers that sent bytes which failed their sha256 (C(peer), C(name),
+      C(reason)), C(given_up) the peers given up on and why, C(not_done) the downstream nodes that never said they were done.
+  returned: when O(peer_file) is set and not in check mode
+  type: dict
+  sample: {source_bytes: 1073741824, peer_bytes: 3221225472, from_peers: {gpu2: 1073741824}, served_bytes: 3221225472,
+           bad_data: [], given_up: {}, not_done: []}
+from_peers:
+  description: Number of fetched shards that came from a peer.
+  returned: always
+  type: int
+  sample: 90
 journal:
   description: Path of the journal.
   returned: always
@@ -277,7 +328,7 @@ journal:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import (
-    StagingError, load_shards_file, normalize_shards, stage, write_handoff)
+    StagingError, load_peer_file, load_shards_file, normalize_shards, stage, write_handoff)
 
 FAILURES_IN_MESSAGE = 20
 
@@ -295,6 +346,19 @@ def _failure_message(result, dest):
     return ". ".join(parts)
 
 
+def without_lost_peers(peer, alive):
+    """The peer settings without the nodes that have left the play: nothing is asked of them, nobody waits for them."""
+    alive = set(alive)
+    peer = dict(peer)
+    if isinstance(peer.get("peers"), dict):
+        peer["peers"] = dict((name, url) for name, url in peer["peers"].items() if name in alive)
+    if isinstance(peer.get("sources"), dict):
+        peer["sources"] = dict((shard, name) for shard, name in peer["sources"].items() if name in alive)
+    if isinstance(peer.get("downstream"), list):
+        peer["downstream"] = [name for name in peer["downstream"] if name in alive]
+    return peer
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -309,6 +373,12 @@ def main():
             shards_src=dict(type="path"),
             streamed_file=dict(type="path"),
             streamed_src=dict(type="path"),
+            peer_file=dict(type="path"),
+            peer_src=dict(type="path"),
+            peer_token=dict(type="str", no_log=True),
+            peer_hosts=dict(type="list", elements="str"),
+            peer_wait=dict(type="float", default=300.0),
+            peer_linger=dict(type="float", default=60.0),
             handoff_ranks=dict(type="int"),
             concurrency=dict(type="int", default=8),
             retries=dict(type="int", default=5),
@@ -321,12 +391,13 @@ def main():
         ),
         mutually_exclusive=[("shards", "shards_file", "shards_src")],
         required_one_of=[("shards", "shards_file", "shards_src")],
+        required_by={"peer_file": "peer_token"},
         supports_check_mode=True,
     )
     params = module.params
-    if params["shards_src"] is not None or params["streamed_src"] is not None:
-        module.fail_json(msg="shards_src and streamed_src are read on the controller by the shard_fetch action; call the module "
-                             "by its name dlinfra.gpu_cluster.shard_fetch, or pass the lists as shards_file / streamed_file on the node")
+    if any(params[option] is not None for option in ("shards_src", "streamed_src", "peer_src")):
+        module.fail_json(msg="shards_src, streamed_src and peer_src are read on the controller by the shard_fetch action; call the "
+                             "module by its name dlinfra.gpu_cluster.shard_fetch, or pass shards_file / streamed_file / peer_file on the node")
     try:
         if params["shards_file"] is not None:
             shards = load_shards_file(params["shards_file"])
@@ -335,15 +406,25 @@ def main():
             shards = [dict((key, value) for key, value in shard.items() if value is not None) for shard in params["shards"]]
         streamed = load_shards_file(params["streamed_file"]) if params["streamed_file"] is not None else []
         normalize_shards(streamed)  # the same checks of names and URLs; the hand-off lists take the mappings
+        peer = None
+        if params["peer_file"] is not None:
+            peer = load_peer_file(params["peer_file"])
+            peer.update(token=params["peer_token"], wait=params["peer_wait"], linger=params["peer_linger"])
+            if params["peer_hosts"] is not None:
+                peer = without_lost_peers(peer, params["peer_hosts"])
         result = stage(
             shards, params["dest"], concurrency=params["concurrency"], retries=params["retries"], timeout=params["timeout"],
             bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
-            check_mode=module.check_mode, report_limit=params["report_limit"],
+            check_mode=module.check_mode, report_limit=params["report_limit"], peer=peer,
         )
     except StagingError as exc:
         module.fail_json(msg="%s" % exc, changed=False)
     for warning in result.pop("warnings"):
         module.warn(warning)
+    for bad in result.get("peers", {}).get("bad_data", []):
+        module.warn("peer %s sent %s with bad data (%s); it was rejected and taken from the source" % (bad["peer"], bad["name"], bad["reason"]))
+    for peer, reason in sorted(result.get("peers", {}).get("given_up", {}).items()):
+        module.warn("peer %s was given up on (%s); the shards it was to send came from the source" % (peer, reason))
     # A "dest" key would make exit_json add the directory's owner and mode to the result.
     result.pop("dest")
     if result["failed_shards"] or result["errors"]:

@@ -71,12 +71,32 @@ held_shards:
   description: Number of shards the journal records.
   returned: always
   type: int
+route_address:
+  description:
+    - The address this node sends from on its default route (IPv4, else IPv6), found without sending anything; null without
+      a default route. The role serves peers on it unless C(shard_staging_peer_address) says otherwise.
+  returned: always
+  type: str
+  sample: 10.0.0.11
 """
 
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, Journal, StagingError, nearest_existing
+
+
+def route_address():
+    """The local address of the default route: connecting a UDP socket picks it and sends nothing (documentation addresses)."""
+    for family, probe in ((socket.AF_INET, ("192.0.2.1", 9)), (socket.AF_INET6, ("2001:db8::1", 9))):
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.connect(probe)
+                return sock.getsockname()[0]
+        except OSError:
+            continue
+    return None
 
 
 def main():
@@ -103,6 +123,7 @@ def main():
         total_bytes=stats.f_blocks * stats.f_frsize,
         held_bytes=sum(int(entry[0]) for entry in held.values()),
         held_shards=len(held),
+        route_address=route_address(),
     )
 
 

@@ -60,6 +60,7 @@ PLAYBOOK = """
         __shard_staging_room:
           reserve_bytes: "{{ reserve | default(0) }}"
           results: [{item: {name: ds}, free_bytes: "{{ free }}", held_bytes: 0, total_bytes: 100000000}]
+        __shard_staging_peer_endpoint: {address: "10.0.0.{{ groups['nodes'].index(inventory_hostname) + 1 }}", port: 8473}
     - dlinfra.gpu_cluster.shard_plan:
         datasets: [{name: ds, source: "file://%(data)s/s-{000..019}.tar", index: "%(data)s/index.json", mode: "{{ mode }}", replicas: 2}]
         targets: "{{ groups['nodes'] }}"
@@ -109,6 +110,21 @@ def test_plan_is_written_once_then_unchanged(tmp_path):
     lists = first["datasets"]["ds"]["lists"]
     held = [json.loads(pathlib.Path(lists[host]).read_text()) for host in ("n0", "n1", "n2")]
     assert sum(len(shards) for shards in held) == 40
+    # Two copies each: the first node of a shard's placement takes it from the source, the second from that node.
+    total = sum(100000 + i for i in range(20))
+    assert first["datasets"]["ds"]["transfer"] == {"peer_assist": True, "source_bytes": total, "peer_bytes": total}
+    assert "fetch 40 copies (3.8 MiB: 1.9 MiB from the source, 1.9 MiB between peers)" in first["msg"]
+    peers = {host: json.loads(pathlib.Path(first["datasets"]["ds"]["peer_lists"][host]).read_text()) for host in ("n0", "n1", "n2")}
+    asked = {}
+    for host, config in peers.items():
+        assert (config["node"], config["port"]) == (host, 8473)
+        assert config["address"] == "10.0.0.%d" % (int(host[1]) + 1)
+        for shard, peer in config["sources"].items():
+            assert plan["assignment"][shard] == [peer, host]
+            assert config["peers"][peer] == "http://10.0.0.%d:8473" % (int(peer[1]) + 1)
+            assert host in peers[peer]["downstream"]
+            asked[shard] = host
+    assert sorted(asked) == sorted(plan["assignment"])  # every shard's second copy comes from a peer
     done, second = run_plan(tmp_path, mode="partition")
     assert second["changed"] is False
     assert second["datasets"]["ds"]["changes"]["fetch_copies"] == 0

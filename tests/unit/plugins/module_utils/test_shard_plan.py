@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -608,9 +609,11 @@ def test_replicated_plan():
         },
         "changes": {"fetch_copies": 6, "fetch_bytes": 8192, "remove_copies": 0, "remove_bytes": 0,
                     "moved_shards": 3, "dropped_nodes": []},
+        # Each shard once from the source (by its first node), its second copy from that node.
+        "transfer": {"peer_assist": True, "source_bytes": 4096, "peer_bytes": 4096},
         "summary": "dataset tiny: replicate (on every node), 3 shards, 4.0 KiB (8.0 KiB stored) on 2 nodes, "
-                   "fullest n1 at 44.4% of usable space; fetch 6 copies (8.0 KiB), remove 0 copies (0 B); replicate because "
-                   "4.0 KiB fits on every node (smallest has 9.0 KiB usable)",
+                   "fullest n1 at 44.4% of usable space; fetch 6 copies (8.0 KiB: 4.0 KiB from the source, 4.0 KiB between peers), "
+                   "remove 0 copies (0 B); replicate because 4.0 KiB fits on every node (smallest has 9.0 KiB usable)",
     }
     assert node_shards(plan, "n2") == ["a.tar", "b.tar", "c.tar"]
     assert node_shards(plan, "elsewhere") == []
@@ -775,3 +778,37 @@ def test_summarize_reports_the_fullest_node():
         f"dataset ds: partition (1 copy per shard), 2 shards, 4.0 GiB (4.0 GiB stored) on 2 nodes, fullest {fullest} at {share:.1%} "
         "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B); partition because mode partition requested"
     )
+
+
+def test_peer_assist_fetches_each_shard_once_from_the_source():
+    shards = records({"s-%03d.tar" % i: 1000 + i for i in range(200)})
+    total = sum(1000 + i for i in range(200))
+    plan = make_plan({"name": "ds", "mode": "replicate"}, shards, eight_nodes())
+    assert plan["transfer"] == {"peer_assist": True, "source_bytes": total, "peer_bytes": 7 * total}
+    roles = shard_plan.peer_roles(plan)
+    seeder = shard_plan.seeders(plan)
+    seeded = collections.Counter(seeder.values())
+    assert len(seeded) == 8 and min(seeded.values()) >= 10  # every node seeds a share
+    for host, role in roles.items():
+        assert set(role["sources"]) == {shard for shard, first in seeder.items() if first != host}
+        assert set(role["sources"].values()) <= set(roles) - {host}
+        assert role["downstream"] == sorted(set(roles) - {host})
+    # Adding a node: it takes everything from peers that already hold it, nothing new leaves the source.
+    nine = make_plan({"name": "ds", "mode": "replicate"}, shards, eight_nodes(gpu8={"free_bytes": 10 ** 6}), previous=plan)
+    assert nine["changes"]["fetch_bytes"] == total
+    assert nine["transfer"]["source_bytes"] + nine["transfer"]["peer_bytes"] == total
+    assert nine["transfer"]["peer_bytes"] >= total * 0.8
+
+
+@pytest.mark.parametrize("settings", [{"mode": "partition", "replicas": 1}, {"mode": "replicate", "peer_assist": False}])
+def test_without_a_second_copy_or_with_peer_assist_off_everything_comes_from_the_source(settings):
+    shards = records({"s-%03d.tar" % i: 1000 for i in range(50)})
+    plan = make_plan(dict(settings, name="ds"), shards, eight_nodes())
+    assert plan["transfer"] == {"peer_assist": False, "source_bytes": plan["changes"]["fetch_bytes"], "peer_bytes": 0}
+    assert shard_plan.peer_roles(plan) == {}
+    assert "between peers" not in plan["summary"]
+
+
+def test_peer_assist_must_be_a_boolean():
+    with pytest.raises(ShardPlanError, match="peer_assist is 'yes'; it must be true or false"):
+        make_plan({"name": "ds", "peer_assist": "yes"}, records({"a.tar": 1}), eight_nodes())

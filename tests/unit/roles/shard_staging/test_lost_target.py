@@ -5,6 +5,7 @@ a target that fails while fetching does not stop the others, and a re-run comple
 import hashlib
 import json
 import pathlib
+import socket
 import subprocess
 import sys
 
@@ -21,11 +22,24 @@ PLAYBOOK = """
 
 
 def run(tmp_path):
-    hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', shard_staging_root: %s/n%d}\n"
-                    % (i, tmp_path, i) for i in range(3))
+    # Three nodes on one machine: each serves its peers on its own port of 127.0.0.1.
+    hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', shard_staging_root: %s/n%d, "
+                    "shard_staging_peer_address: 127.0.0.1, shard_staging_peer_port: %d, shard_staging_poll_interval: 1}\n"
+                    % (i, tmp_path, i, port) for i, port in enumerate(free_ports(3)))
     (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)
     command = [sys.executable, "-m", "ansible", "playbook", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
     return subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+
+
+def free_ports(count):
+    sockets = [socket.socket() for unused in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def held(tmp_path, node):

@@ -1,0 +1,304 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Peer-assisted staging on one machine: several engine runs ("nodes", each its own dest and peer port on 127.0.0.1)
+against the tests' shard server, which counts what the source sent."""
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, stage
+
+FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+TOKEN = "t0k3n-of-this-run-0123456789"
+KIB = 1024
+NODES = ("n1", "n2", "n3", "n4")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def peer_settings(shards, ports, node, wait=10.0, linger=10.0):
+    """What the planner gives ``node`` for a replicated dataset: shard i is seeded by NODES[i % 4], the others ask it."""
+    names = [shard["name"] for shard in shards]
+    seeder = {name: NODES[index % len(NODES)] for index, name in enumerate(names)}
+    return dict(node=node, address="127.0.0.1", port=ports[node], token=TOKEN,
+                peers={other: "http://127.0.0.1:%d" % ports[other] for other in NODES if other != node},
+                sources={name: seeder[name] for name in names if seeder[name] != node},
+                downstream=[other for other in NODES if other != node], wait=wait, linger=linger)
+
+
+def run_nodes(tmp_path, shards, ports, nodes=NODES, **settings):
+    results = {}
+
+    def one(node):
+        results[node] = stage(shards, str(tmp_path / node), concurrency=3, peer=peer_settings(shards, ports, node, **settings), **FAST)
+
+    threads = [threading.Thread(target=one, args=(node,)) for node in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+def assert_holds_everything(dest, contents):
+    assert sorted(name for name in os.listdir(dest) if not name.startswith(".")) == sorted(contents)
+    for name, data in contents.items():
+        with open(os.path.join(dest, name), "rb") as handle:
+            assert hashlib.sha256(handle.read()).hexdigest() == hashlib.sha256(data).hexdigest(), name
+
+
+@pytest.fixture
+def ports():
+    return {node: free_port() for node in NODES}
+
+
+def test_each_shard_leaves_the_source_once_and_every_node_holds_all(tmp_path, make_shards, shard_server, ports):
+    shards, contents = make_shards({"s-%03d.tar" % i: (40 + i) * KIB for i in range(24)})
+    results = run_nodes(tmp_path, shards, ports)
+    total = sum(len(data) for data in contents.values())
+    for node in NODES:
+        result = results[node]
+        assert result["failed_shards"] == [] and result["fetched"] == 24, result
+        assert_holds_everything(tmp_path / node, contents)
+        assert result["peers"]["bad_data"] == [] and result["peers"]["given_up"] == {}
+        assert result["peers"]["not_done"] == []
+        assert result["from_peers"] == 18
+    for name in contents:
+        assert len(shard_server.requests(name)) == 1, name
+    assert sum(r["peers"]["source_bytes"] for r in results.values()) == total
+    assert sum(r["peers"]["peer_bytes"] for r in results.values()) == 3 * total
+    assert sum(r["peers"]["served_bytes"] for r in results.values()) == 3 * total
+
+    again = run_nodes(tmp_path, shards, ports)
+    for node in NODES:
+        assert (again[node]["fetched"], again[node]["confirmed"], again[node]["changed"]) == (0, 24, False)
+        assert again[node]["peers"]["peer_bytes"] == again[node]["peers"]["served_bytes"] == 0
+    assert len(shard_server.requests()) == 24
+
+
+def test_a_peer_that_never_comes_costs_time_not_correctness(tmp_path, make_shards, shard_server, ports):
+    shards, contents = make_shards({"s-%03d.tar" % i: 32 * KIB for i in range(12)})
+    results = run_nodes(tmp_path, shards, ports, nodes=NODES[:3], wait=1.0, linger=2.0)
+    for node in NODES[:3]:
+        result = results[node]
+        assert result["failed_shards"] == [], result
+        assert_holds_everything(tmp_path / node, contents)
+        assert list(result["peers"]["given_up"]) == ["n4"], result["peers"]
+        assert result["peers"]["not_done"] == ["n4"]
+    # n4's three shards came from the source once per node that needed them; the others once.
+    counts = {name: len(shard_server.requests(name)) for name in contents}
+    assert sorted(counts.values()) == [1] * 9 + [3] * 3
+
+
+def test_a_peer_killed_mid_run_then_a_rerun_completes_it(tmp_path, make_shards, shard_server, ports):
+    shards, contents = make_shards({"s-%03d.tar" % i: 256 * KIB for i in range(8)})
+    for index, shard in enumerate(shards):
+        if index % 4 == 0:  # n1 seeds these: slow, so n1 is killed while others wait for them
+            shard_server.inject(shard["name"], "slow", times=None, rate=256 * KIB)
+    config = dict(shards=shards, dest=str(tmp_path / "n1"), concurrency=3, peer=peer_settings(shards, ports, "n1"), **FAST)
+    config_path = tmp_path / "n1.json"
+    config_path.write_text(json.dumps(config))
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "collections"))
+    child = subprocess.Popen([sys.executable, "-m", shard_transfer.__name__, str(config_path)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    others = {}
+    threads = [threading.Thread(target=lambda n=n: others.update({n: stage(shards, str(tmp_path / n), concurrency=3,
+                                                                           peer=peer_settings(shards, ports, n, wait=3.0, linger=5.0),
+                                                                           **FAST)}))
+               for n in NODES[1:]]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(entry["sent"] for entry in shard_server.requests("s-000.tar")):
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stderr.close()
+    for thread in threads:
+        thread.join(60)
+    for node in NODES[1:]:
+        assert others[node]["failed_shards"] == [], others[node]
+        assert_holds_everything(tmp_path / node, contents)
+        assert "n1" in others[node]["peers"]["given_up"]
+    # Killed mid-run: whatever n1 shows under a final name is whole.
+    for name in os.listdir(tmp_path / "n1"):
+        if not name.startswith("."):
+            assert (tmp_path / "n1" / name).read_bytes() == contents[name]
+
+    result = stage(shards, str(tmp_path / "n1"), concurrency=3, **FAST)
+    assert result["failed_shards"] == []
+    assert_holds_everything(tmp_path / "n1", contents)
+    assert not [name for name in os.listdir(tmp_path / "n1") if name.endswith(".part")]
+
+
+class _LyingPeer(BaseHTTPRequestHandler):
+    """A peer that answers the token and serves every shard with one byte flipped. Its X-Shard-Sha256 names the true
+    content (what it staged) when ``true_header``, else the damaged body's own hash."""
+    protocol_version = "HTTP/1.1"
+    contents = {}
+    true_header = True
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.rsplit("/", 1)[1]
+        if self.path.startswith("/done/"):
+            body, digest = b"ok\n", ""
+        else:
+            body = bytearray(self.contents[name])
+            body[len(body) // 2] ^= 0xFF
+            body = bytes(body)
+            digest = hashlib.sha256(self.contents[name] if self.true_header else body).hexdigest()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Shard-Sha256", digest)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize("index_has_sha256", [True, False])
+def test_bad_bytes_from_a_peer_are_rejected_refetched_from_the_source_and_named(tmp_path, make_shards, shard_server, monkeypatch,
+                                                                                index_has_sha256):
+    shards, contents = make_shards({"a.tar": 64 * KIB, "b.tar": 64 * KIB}, with_sha=index_has_sha256)
+    monkeypatch.setattr(_LyingPeer, "contents", contents)
+    liar = ThreadingHTTPServer(("127.0.0.1", 0), _LyingPeer)
+    threading.Thread(target=liar.serve_forever, daemon=True).start()
+    try:
+        peer = dict(node="n2", token=TOKEN, peers={"bad": "http://127.0.0.1:%d" % liar.server_address[1]},
+                    sources={"a.tar": "bad"}, wait=2.0)
+        result = stage(shards, str(tmp_path / "n2"), peer=peer, **FAST)
+    finally:
+        liar.shutdown()
+        liar.server_close()
+    assert result["failed_shards"] == []
+    assert_holds_everything(tmp_path / "n2", contents)
+    assert [(bad["peer"], bad["name"]) for bad in result["peers"]["bad_data"]] == [("bad", "a.tar")]
+    assert "sha256" in result["peers"]["bad_data"][0]["reason"]
+    assert len(shard_server.requests("a.tar")) == 1 and result["from_peers"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The peer endpoint refuses what it must not serve
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def endpoint(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "ready.tar").write_bytes(b"r" * 1000)
+    (dest / "other.tar").write_bytes(b"o" * 10)
+    (dest / ".ready.tar.part").write_bytes(b"partial")
+    (dest / JOURNAL_NAME).write_text("{}")
+    outside = tmp_path / "secret"
+    outside.write_text("secret")
+    server = PeerServer(str(dest), "127.0.0.1", free_port(), TOKEN, ["ready.tar", "pending.tar", "link.tar"], ["n2"], 1.0)
+    info = os.stat(dest / "ready.tar")
+    server.publish("ready.tar", info.st_size, info.st_mtime_ns, hashlib.sha256(b"r" * 1000).hexdigest())
+    os.symlink(str(outside), str(dest / "link.tar"))
+    server.publish("link.tar", 6, 0, "0" * 64)
+    server.start()
+    yield server
+    server.stop()
+
+
+def ask(server, method, path, token=TOKEN, headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        sent = dict(headers or {})
+        if token is not None:
+            sent["Authorization"] = "Bearer " + token
+        conn.request(method, path, headers=sent)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_endpoint_serves_a_published_shard_with_the_token(endpoint):
+    status, body = ask(endpoint, "GET", "/shards/ready.tar")
+    assert (status, body) == (200, b"r" * 1000)
+    assert ask(endpoint, "HEAD", "/shards/ready.tar") == (200, b"")
+    etag = '"sha256-%s"' % hashlib.sha256(b"r" * 1000).hexdigest()
+    status, body = ask(endpoint, "GET", "/shards/ready.tar", headers={"Range": "bytes=990-", "If-Range": etag})
+    assert (status, body) == (206, b"r" * 10)
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token-0123456789", TOKEN + "x", TOKEN[:-1]])
+def test_endpoint_refuses_requests_without_the_token(endpoint, token):
+    assert ask(endpoint, "GET", "/shards/ready.tar", token=token)[0] == 401
+    assert ask(endpoint, "GET", "/done/n2", token=token)[0] == 401
+    assert endpoint.done == set()
+
+
+@pytest.mark.parametrize("path", ["/shards/other.tar", "/shards/../secret", "/shards/%2e%2e%2fsecret", "/shards/..%2Fsecret",
+                                  "/shards/.ready.tar.part", "/shards/" + JOURNAL_NAME, "/ready.tar", "/", "/etc/passwd",
+                                  "/shards/link.tar", "/shards/ready.tar/x"])
+def test_endpoint_refuses_paths_outside_the_published_shards(endpoint, path):
+    status, body = ask(endpoint, "GET", path)
+    assert status == 404, (path, body)
+    assert b"secret" not in body and b"partial" not in body
+
+
+def test_endpoint_says_come_back_for_a_shard_not_staged_yet(endpoint):
+    assert ask(endpoint, "GET", "/shards/pending.tar")[0] == 503
+    endpoint.fail("pending.tar")
+    assert ask(endpoint, "GET", "/shards/pending.tar")[0] == 404
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND"])
+def test_endpoint_refuses_methods_other_than_get_and_head(endpoint, method):
+    assert ask(endpoint, method, "/shards/ready.tar")[0] in (405, 501)
+
+
+def test_a_published_shard_changed_on_disk_is_not_served(endpoint, tmp_path):
+    with open(tmp_path / "dest" / "ready.tar", "ab") as handle:
+        handle.write(b"tampered")
+    assert ask(endpoint, "GET", "/shards/ready.tar")[0] == 404
+
+
+def test_the_server_waits_for_its_downstream_then_stops(endpoint):
+    started = time.monotonic()
+    threading.Timer(0.3, lambda: ask(endpoint, "GET", "/done/n2")).start()
+    assert endpoint.wait_for_downstream() == []
+    assert time.monotonic() - started < 0.9
+    endpoint.stop()
+    with pytest.raises(OSError):
+        ask(endpoint, "GET", "/shards/ready.tar")
+
+
+def test_a_node_done_before_its_peer_started_still_tells_it(tmp_path, make_shards, shard_server, ports):
+    shards, contents = make_shards({"s-%03d.tar" % i: 16 * KIB for i in range(8)})
+    run_nodes(tmp_path, shards, ports, nodes=NODES[:2], wait=2.0, linger=2.0)  # n1 and n2 hold n1's and n2's shards
+    results = {}
+    # n1 takes shards from n2 only; n2 serves n1 only.
+    n1_settings = peer_settings(shards, ports, "n1", linger=20.0)
+    n1_settings.update(sources={name: "n2" for name in n1_settings["sources"]}, downstream=[])
+    first = threading.Thread(target=lambda: results.update(n1=stage(shards, str(tmp_path / "n1"), concurrency=3, peer=n1_settings,
+                                                                    **FAST)))
+    first.start()
+    time.sleep(1.0)  # n1 has nothing to fetch: it is done, and tells n2, before n2's server is up
+    started = time.monotonic()
+    results["n2"] = stage(shards, str(tmp_path / "n2"), concurrency=3,
+                          peer=dict(peer_settings(shards, ports, "n2", linger=20.0), sources={}, downstream=["n1"]), **FAST)
+    first.join(30)
+    assert results["n2"]["peers"]["not_done"] == []
+    assert time.monotonic() - started < 10  # not the 20 s linger
