@@ -1363,21 +1363,33 @@ class _Transfer(object):
 
 
 class _TaskQueue(object):
-    """The run's shards to process, in order; a shard a peer does not have yet comes back after RETRY_SECONDS."""
+    """The run's shards to process, in order, in two lines: those from their sources and those from peers. A shard a
+    peer does not have yet comes back after RETRY_SECONDS.
 
-    def __init__(self, tasks):
-        self.ready = collections.deque(tasks)
+    Peer-assisted, a few workers (``source_workers``) take the source line first and the others the peer line: the
+    shards this node seeds then arrive one after another, each ready for the peers early, instead of all of them
+    together at the end of the source's share, which would leave the links between the nodes idle until then.
+    """
+
+    def __init__(self, tasks, from_peer=None):
+        self.ready = collections.deque(task for task in tasks if from_peer is None or not from_peer(task[0]))
+        self.peer_ready = collections.deque(task for task in tasks if from_peer is not None and from_peer(task[0]))
         self.later = []
         self.order = itertools.count()
         self.changed = threading.Condition()
 
-    def get(self):
-        """The next task, waiting for a deferred one when only those are left; None when there is nothing left."""
+    def get(self, source_first=True):
+        """The next task, waiting for a deferred one when only those are left of the worker's line; None when there is
+        nothing left."""
         with self.changed:
             while True:
-                if self.later and self.later[0][0] <= time.monotonic():
-                    self.ready.append(heapq.heappop(self.later)[2])
-                if self.ready:
+                while self.later and self.later[0][0] <= time.monotonic():
+                    self.peer_ready.append(heapq.heappop(self.later)[2])
+                if source_first and self.ready:
+                    return self.ready.popleft()
+                if self.peer_ready:
+                    return self.peer_ready.popleft()
+                if self.ready and not self.later:
                     return self.ready.popleft()
                 if not self.later:
                     return None
@@ -1643,9 +1655,14 @@ class _Run(object):
     def _run_workers(self, tasks, group):
         # Outcomes go into a deque that this thread drains once per tick (the group commit interval) instead of
         # waking for each of them: with thousands of small shards a wake-up per shard cost more than the shard.
-        todo, done, wake = _TaskQueue(tasks), collections.deque(), threading.Event()
-        workers = [threading.Thread(target=self._work, args=(todo, done, wake), name="shard-fetch-%d" % index, daemon=True)
-                   for index in range(min(self.settings["concurrency"], len(tasks)))]
+        peers = self.transfer.peers
+        todo = _TaskQueue(tasks, None if peers is None else lambda shard: peers.peer_for(shard.name) is not None)
+        done, wake = collections.deque(), threading.Event()
+        count = min(self.settings["concurrency"], len(tasks))
+        source_workers = count if peers is None else max(1, count // 4)
+        workers = [threading.Thread(target=self._work, args=(todo, done, wake, index < source_workers), name="shard-fetch-%d" % index,
+                                    daemon=True)
+                   for index in range(count)]
         for worker in workers:
             worker.start()
         interval = self.settings["journal_interval"]
@@ -1673,12 +1690,12 @@ class _Run(object):
         for worker in workers:
             worker.join()
 
-    def _work(self, todo, done, wake):
+    def _work(self, todo, done, wake, source_first):
         transfer = self.transfer
         conns = transfer._local.conns = _Connections(self.settings["timeout"], transfer.ssl_context)
         try:
             while True:
-                task = todo.get()
+                task = todo.get(source_first)
                 if task is None:
                     return
                 shard, expected = task
