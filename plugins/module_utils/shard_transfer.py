@@ -114,13 +114,17 @@ def _cyclic_gc_paused():
             gc.enable()
 
 
-def load_shards_file(path):
-    """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
+def _load_json(path, option):
     try:
         with open(path, "rb") as handle, _cyclic_gc_paused():
-            data = json.load(handle)
+            return json.load(handle)
     except (OSError, ValueError) as exc:
-        raise StagingError("cannot read shards_file %s: %s" % (path, exc))
+        raise StagingError("cannot read %s %s: %s" % (option, path, exc))
+
+
+def load_shards_file(path):
+    """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
+    data = _load_json(path, "shards_file")
     if isinstance(data, dict):
         data = data.get("shards")
     if not isinstance(data, list):
@@ -130,11 +134,7 @@ def load_shards_file(path):
 
 def load_peer_file(path):
     """Read a peer-assisted run's settings (see stage()'s ``peer``) from a JSON object."""
-    try:
-        with open(path, "rb") as handle, _cyclic_gc_paused():
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise StagingError("cannot read peer_file %s: %s" % (path, exc))
+    data = _load_json(path, "peer_file")
     if not isinstance(data, dict):
         raise StagingError("peer_file %s must hold a JSON object" % path)
     return data
