@@ -33,7 +33,7 @@ sanity: venv
 molecule: venv images
 	@$(PYTHON) tests/harness/run_stages.py --only molecule
 
-bench: venv  ## the full staging benchmark (~16 min, ~12 GiB free disk): the table and the issue's targets
+bench: venv  ## the full staging benchmark (~20 min, ~9 GiB free disk and ~5 GiB in /dev/shm): the table and the issue's targets
 	@.venv/bin/python benchmarks/staging/run.py --json benchmarks/staging/results/full.json
 
 bench-peer: venv images  ## peer-assisted staging: 1, 2 and 4 nodes in containers, direct vs peer-assisted (~4 min)

@@ -136,6 +136,20 @@ class Aria2(Fetcher):
                 "--allow-overwrite=true", "--summary-interval=0", "--max-tries=3"]
 
 
+class Aria2Sha256(Aria2):
+    """aria2c given every shard's sha256 (``checksum=sha-256=...`` per URL): a peer that verifies, as the engine does."""
+
+    name = "aria2c-sha256"
+    label = "aria2c -i, -j%d -x1, sha-256 per file" % PEER_PARALLELISM
+
+    def _write_inputs(self, case, shards, dest):
+        command = super()._write_inputs(case, shards, dest)
+        with open(self._path("input.txt"), "w") as handle:
+            for shard in shards:
+                handle.write("%s\n  out=%s\n  checksum=sha-256=%s\n" % (shard["url"], shard["name"], shard["sha256"]))
+        return command
+
+
 class Rclone(Fetcher):
     name = "rclone"
     label = "rclone copy :http:, --transfers %d" % PEER_PARALLELISM
@@ -255,4 +269,4 @@ class GetUrlLoop(Fetcher):
         return {}
 
 
-FETCHERS = (Engine, Aria2, Rclone, SequentialCurl, GetUrlLoop)
+FETCHERS = (Engine, Aria2, Aria2Sha256, Rclone, SequentialCurl, GetUrlLoop)
