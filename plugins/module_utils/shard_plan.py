@@ -843,6 +843,42 @@ def node_streamed(plan, host):
     return sorted(shard for shard, hosts in plan["assignment"].items() if host in hosts and shard not in stored)
 
 
+def host_shards(plan):
+    """``node_shards`` for every node at once: {host: sorted names of the shards ``plan`` puts on its disk}.
+
+    One pass over the assignment (O(shards x replicas + hosts)) instead of one per host. Every node of the plan is a key,
+    with [] when it keeps nothing. The nodes of a replicated plan share one list object: do not change it in place.
+    """
+    if plan["mode"] == "replicate":
+        every_shard = sorted(plan["shards"])
+        lists = {host: [] for host in plan["nodes"]}
+        lists.update((host, every_shard) for host in plan["replicated_on"])
+        return lists
+    return _by_host(plan, _stored(plan), True)
+
+
+def host_streamed(plan):
+    """``node_streamed`` for every node at once: {host: sorted names of the shards it reads from their source}."""
+    if plan["mode"] != "stream":
+        return {host: [] for host in plan["nodes"]}
+    return _by_host(plan, _stored(plan), False)
+
+
+def _by_host(plan, stored, keep_stored):
+    """{host: sorted shard names} over the assignment, keeping the shards in ``stored`` (or, with ``keep_stored`` false,
+    the others). Shards are visited in name order, so each host's list comes out sorted as it is built."""
+    lists = {host: [] for host in plan["nodes"]}
+    assignment = plan["assignment"]
+    for shard in sorted(assignment):
+        if (shard in stored) == keep_stored:
+            for host in assignment[shard]:
+                if host in lists:
+                    lists[host].append(shard)
+                else:
+                    lists[host] = [shard]
+    return lists
+
+
 def shard_nodes(plan, shard):
     """Hosts that keep ``shard`` under ``plan`` (HRW order for a partitioned plan)."""
     if shard not in plan["shards"]:

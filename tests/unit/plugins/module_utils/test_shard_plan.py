@@ -24,11 +24,14 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan imp
     changes_by_node,
     choose_mode,
     expand_source,
+    host_shards,
+    host_streamed,
     hrw_score,
     make_plan,
     node_capacity,
     node_changes,
     node_shards,
+    node_streamed,
     node_weight,
     pair_unit,
     parse_index,
@@ -619,6 +622,43 @@ def test_replicated_plan():
     assert node_shards(plan, "elsewhere") == []
     assert shard_nodes(plan, "b.tar") == ["n1", "n2"]
     assert shard_nodes(plan, "zzz.tar") == []
+
+
+@pytest.mark.parametrize(
+    "settings, shard_count, nodes",
+    [
+        ({"mode": "replicate"}, 300, eight_nodes()),
+        ({"mode": "partition", "replicas": 1}, 2_000, eight_nodes(gpu8={"free_bytes": 0})),
+        ({"mode": "partition", "replicas": 2}, 2_000, eight_nodes(gpu8={"free_bytes": 0})),
+        ({"mode": "partition", "replicas": 2}, 3, eight_nodes()),
+        ({"mode": "stream", "stream_cache_fraction": 0.5}, 2_000, eight_nodes(free=30_000, gpu8={"free_bytes": 0})),
+        ({"mode": "stream", "stream_cache_fraction": 1.0}, 3, eight_nodes()),
+    ],
+    ids=["replicate", "partition-1", "partition-2", "partition-few-shards", "stream", "stream-few-shards"],
+)
+def test_host_shards_and_host_streamed_equal_the_per_node_lists(settings, shard_count, nodes):
+    rng = random.Random(shard_count)
+    sizes = {name: rng.randint(100, 900) for name in shard_names(shard_count)}
+    plan = make_plan(dict(settings, name="ds", headroom=0.0), records(sizes), nodes)
+    assert plan["mode"] == settings["mode"]
+    # As make_plan returns it, as read back from its file, and with the assignment out of name order.
+    shuffled = dict(plan, assignment=plan["assignment"] and dict(reversed(list(plan["assignment"].items()))))
+    for current in (plan, json.loads(json.dumps(plan, sort_keys=True)), shuffled):
+        held, streamed = host_shards(current), host_streamed(current)
+        assert list(held) == list(streamed) == list(current["nodes"])
+        assert held == {host: node_shards(current, host) for host in current["nodes"]}
+        assert streamed == {host: node_streamed(current, host) for host in current["nodes"]}
+    placed = {host for hosts in (plan["assignment"] or {}).values() for host in hosts}
+    if settings["mode"] == "replicate":
+        assert len({id(names) for names in host_shards(plan).values()}) == 1  # one list object, shared by every node
+    elif shard_count == 3:
+        assert len(placed) < len(nodes) and [] in host_shards(plan).values()  # nodes that get nothing have an empty list
+    else:  # gpu8 has no room: it keeps nothing (and in stream mode streams its share)
+        assert host_shards(plan)["gpu8"] == []
+        assert ("gpu8" in placed) == (settings["mode"] == "stream") == bool(host_streamed(plan)["gpu8"])
+    if settings["mode"] == "stream":
+        assert sum(map(len, host_shards(plan).values())) == len(plan["cached"])
+        assert sum(map(len, host_streamed(plan).values())) == shard_count - len(plan["cached"])
 
 
 def test_partitioned_plan_accounts_for_every_copy():
