@@ -14,9 +14,11 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
-    ShardPlanError, expand_source, make_plan, node_shards, node_streamed, parse_index, peer_roles, shard_records)
+    ShardPlanError, expand_source, host_shards, host_streamed, make_plan, parse_index, peer_roles, shard_records)
 
 HEAD_CONCURRENCY = 32
+# Threads writing the nodes' list files: each write waits on an fsync, and a thousand nodes' files overlap them.
+WRITE_CONCURRENCY = 8
 
 
 def read_url(url, timeout):
@@ -90,6 +92,112 @@ def write_list(plan_dir, shards):
     return path
 
 
+def node_lists(plan, shards):
+    """What each node's list files hold: ({host: [its shard records]}, {host: [{"name", "url"} of the shards it streams]}
+    (empty unless the plan streams). Built for every node in one pass over the plan (``host_shards``), not one pass per
+    node; the nodes of a replicated plan share one list object."""
+    by_record = {record["name"]: record for record in shards}
+    hosts = sorted(plan["nodes"])
+    held = _per_host(hosts, host_shards(plan), by_record.__getitem__)
+    streamed = {}
+    if plan["mode"] == "stream":
+        streamed = _per_host(hosts, host_streamed(plan), lambda shard: {"name": shard, "url": by_record[shard]["url"]})
+    return held, streamed
+
+
+def _per_host(hosts, names_by_host, entry):
+    """{host: [entry(name) for each of its shard names]}, made once for hosts that share one list of names."""
+    made, lists = {}, {}
+    for host in hosts:
+        names = names_by_host[host]
+        if id(names) not in made:
+            made[id(names)] = [entry(shard) for shard in names]
+        lists[host] = made[id(names)]
+    return lists
+
+
+def write_lists(pool, plan_dir, by_host):
+    """Start ``write_list`` for each host's list on ``pool``: {host: future of its path}. Hosts that share one list
+    object share one write, so a replicated plan's list is encoded and hashed once."""
+    started, futures = {}, {}
+    for host, contents in by_host.items():
+        if id(contents) not in started:
+            started[id(contents)] = pool.submit(write_list, plan_dir, contents)
+        futures[host] = started[id(contents)]
+    return futures
+
+
+def peer_url(endpoint):
+    address = endpoint["address"]
+    return "http://%s:%d" % ("[%s]" % address if ":" in address else address, int(endpoint["port"]))
+
+
+def peer_configs(dataset, plan, endpoints):
+    """Per node: where it listens, which peer it asks for which shard (and that peer's URL), who asks it.
+
+    ``endpoints``: {host: {"address", "port"}} where each node serves its shards to the others.
+    """
+    roles = peer_roles(plan)
+    missing = sorted(host for host in roles if not (endpoints.get(host) or {}).get("address"))
+    if missing:
+        raise ShardPlanError("dataset %r is staged peer-assisted but %s found no address to serve peers on: set "
+                             "shard_staging_peer_address for them (their address on the cluster network), or give the dataset "
+                             "peer_assist: false" % (dataset, ", ".join(missing)))
+    configs = {}
+    for host, role in roles.items():
+        upstream = sorted(set(role["sources"].values()))
+        configs[host] = {
+            "node": host,
+            "address": endpoints[host]["address"],
+            "port": int(endpoints[host]["port"]),
+            "peers": {peer: peer_url(endpoints[peer]) for peer in upstream},
+            "sources": role["sources"],
+            "downstream": role["downstream"],
+        }
+    return configs
+
+
+def plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
+    """Plan one dataset whose shards are known (``learn_shards``) on ``nodes`` (their room), write its plan (unless
+    ``check_mode``), each node's lists and peer configuration, and return what the task reports for it."""
+    name = dataset["name"]
+    plan_path = os.path.join(plan_dir, name + ".plan.json")
+    previous = None
+    if os.path.exists(plan_path):
+        with open(plan_path, encoding="utf-8") as handle:
+            previous = json.load(handle)
+    settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction",
+                                              "peer_assist")
+                if dataset.get(key) is not None}
+    plan = make_plan(settings, shards, nodes, previous)
+    plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
+    changes = plan["changes"]
+    changed = (previous is None or changes["fetch_copies"] > 0 or changes["remove_copies"] > 0
+               or previous.get("sources") != plan["sources"])
+    held, streamed = node_lists(plan, shards)
+    with ThreadPoolExecutor(WRITE_CONCURRENCY) as pool:
+        # Each list file waits on its fsync: the nodes' files are written on threads while this one encodes the plan.
+        pending = [write_lists(pool, plan_dir, held), write_lists(pool, plan_dir, streamed)]
+        if changed and not check_mode:
+            write_atomically(plan_path, json.dumps(plan, sort_keys=True, indent=1).encode("utf-8"))
+        pending.append(write_lists(pool, plan_dir, peer_configs(name, plan, endpoints)))
+    lists, stream_lists, peer_lists = ({host: future.result() for host, future in futures.items()} for futures in pending)
+    return {
+        "changed": changed,
+        "mode": plan["mode"],
+        "transfer": plan["transfer"],
+        "peer_lists": peer_lists,
+        "summary": plan["summary"],
+        "plan_file": plan_path,
+        "changes": plan["changes"],
+        "nodes": plan["nodes"],
+        "lists": lists,
+        "stream_lists": stream_lists,
+        "mode_reason": plan["mode_reason"],
+        "_before": previous["summary"] if previous else "dataset %s: no plan yet" % name,
+    }
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout"))
@@ -126,32 +234,6 @@ class ActionModule(ActionBase):
                               "before_header": "previous plans", "after_header": "new plans"}
         return result
 
-    def _peer_configs(self, dataset, plan):
-        """Per node: where it listens, which peer it asks for which shard (and that peer's URL), who asks it."""
-        roles = peer_roles(plan)
-        missing = sorted(host for host in roles if not (self._endpoints.get(host) or {}).get("address"))
-        if missing:
-            raise ShardPlanError("dataset %r is staged peer-assisted but %s found no address to serve peers on: set "
-                                 "shard_staging_peer_address for them (their address on the cluster network), or give the dataset "
-                                 "peer_assist: false" % (dataset, ", ".join(missing)))
-        configs = {}
-        for host, role in roles.items():
-            upstream = sorted(set(role["sources"].values()))
-            configs[host] = {
-                "node": host,
-                "address": self._endpoints[host]["address"],
-                "port": int(self._endpoints[host]["port"]),
-                "peers": {peer: self._url(peer) for peer in upstream},
-                "sources": role["sources"],
-                "downstream": role["downstream"],
-            }
-        return configs
-
-    def _url(self, host):
-        endpoint = self._endpoints[host]
-        address = endpoint["address"]
-        return "http://%s:%d" % ("[%s]" % address if ":" in address else address, int(endpoint["port"]))
-
     def _room(self, hostvars):
         """{dataset: {free_bytes, held_bytes, total_bytes}} of one target, its reserve taken off; {} if it never reported."""
         room = hostvars.get(self.ROOM_VAR) or {}
@@ -171,41 +253,4 @@ class ActionModule(ActionBase):
                 raise ShardPlanError("dataset %r: no space report from target %s: it is unreachable or failed earlier; bring it back "
                                      "or remove it from shard_staging_targets" % (name, host))
             nodes[host] = room
-        shards = learn_shards(dataset, timeout)
-        plan_path = os.path.join(plan_dir, name + ".plan.json")
-        previous = None
-        if os.path.exists(plan_path):
-            with open(plan_path, encoding="utf-8") as handle:
-                previous = json.load(handle)
-        settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction",
-                                                  "peer_assist")
-                    if dataset.get(key) is not None}
-        plan = make_plan(settings, shards, nodes, previous)
-        plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
-        changes = plan["changes"]
-        changed = (previous is None or changes["fetch_copies"] > 0 or changes["remove_copies"] > 0
-                   or previous.get("sources") != plan["sources"])
-        if changed and not self._task.check_mode:
-            write_atomically(plan_path, json.dumps(plan, sort_keys=True, indent=1).encode("utf-8"))
-        by_record = {record["name"]: record for record in shards}
-        lists, stream_lists = {}, {}
-        for host in sorted(nodes):
-            lists[host] = write_list(plan_dir, [by_record[shard] for shard in node_shards(plan, host)])
-            if plan["mode"] == "stream":
-                stream_lists[host] = write_list(plan_dir, [{"name": shard, "url": by_record[shard]["url"]}
-                                                           for shard in node_streamed(plan, host)])
-        peer_lists = {host: write_list(plan_dir, config) for host, config in self._peer_configs(name, plan).items()}
-        return {
-            "changed": changed,
-            "mode": plan["mode"],
-            "transfer": plan["transfer"],
-            "peer_lists": peer_lists,
-            "summary": plan["summary"],
-            "plan_file": plan_path,
-            "changes": plan["changes"],
-            "nodes": plan["nodes"],
-            "lists": lists,
-            "stream_lists": stream_lists,
-            "mode_reason": plan["mode_reason"],
-            "_before": previous["summary"] if previous else "dataset %s: no plan yet" % name,
-        }
+        return plan_dataset(dataset, learn_shards(dataset, timeout), nodes, plan_dir, self._endpoints, self._task.check_mode)

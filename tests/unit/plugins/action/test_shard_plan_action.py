@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import learn_shards, probe_size, write_list
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import ShardPlanError
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import learn_shards, plan_dataset, probe_size, write_list
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
+    ShardPlanError, node_shards, node_streamed, peer_roles)
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -50,6 +51,43 @@ def test_node_lists_are_stored_by_content(tmp_path):
     other = write_list(str(tmp_path), [])
     assert first == again != other
     assert json.loads(pathlib.Path(first).read_text()) == [{"name": "a.tar", "sha256": None, "size": 1, "url": "u"}]
+
+
+@pytest.mark.parametrize("settings", [
+    {"mode": "replicate"},
+    {"mode": "partition", "replicas": 1},
+    {"mode": "partition", "replicas": 2},
+    {"mode": "stream", "stream_cache_fraction": 0.5},
+])
+def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, settings):
+    shards = [{"name": "s-%03d.tar" % i, "url": "http://store/ds/s-%03d.tar" % i, "size": 1000 + i, "sha256": "%064x" % i}
+              for i in range(60)]
+    # n5 has no room (but for a replicated plan): it keeps nothing, and in stream mode streams its share.
+    room = [10 ** 6] * 5 + [10 ** 6 if settings["mode"] == "replicate" else 0]
+    nodes = {"n%d" % i: {"free_bytes": free, "held_bytes": 0, "total_bytes": 10 ** 6} for i, free in enumerate(room)}
+    endpoints = {host: {"address": "10.0.0.%d" % (i + 1), "port": 8473} for i, host in enumerate(sorted(nodes))}
+    new_dir, old_dir = tmp_path / "new", tmp_path / "old"
+    planned = plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)
+    plan = json.loads((new_dir / "ds.plan.json").read_text())
+    assert plan["mode"] == settings["mode"]
+    # The files as the action wrote them before, one pass over the plan for each node: the same names, the same bytes.
+    by_record = {record["name"]: record for record in shards}
+    expected_lists, expected_streamed = {}, {}
+    for host in sorted(nodes):
+        expected_lists[host] = write_list(str(old_dir), [by_record[shard] for shard in node_shards(plan, host)])
+        if plan["mode"] == "stream":
+            expected_streamed[host] = write_list(str(old_dir), [{"name": shard, "url": by_record[shard]["url"]}
+                                                                for shard in node_streamed(plan, host)])
+    assert list(planned["lists"]) == sorted(nodes) and list(planned["stream_lists"]) == list(expected_streamed)
+    for written, expected in ((planned["lists"], expected_lists), (planned["stream_lists"], expected_streamed)):
+        for host, path in written.items():
+            assert path == expected[host].replace(str(old_dir), str(new_dir))
+            assert pathlib.Path(path).read_bytes() == pathlib.Path(expected[host]).read_bytes()
+    assert list(planned["peer_lists"]) == list(peer_roles(plan))
+    if plan["transfer"]["peer_assist"]:
+        assert {json.loads(pathlib.Path(path).read_text())["node"] for path in planned["peer_lists"].values()} == set(nodes)
+    assert planned["changed"] is True
+    assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
 
 
 PLAYBOOK = """
