@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of shard_staging: learn the shards, plan where they go, write the plan and each node's list."""
 
+import gc
 import hashlib
 import json
 import os
@@ -160,6 +161,18 @@ def peer_configs(dataset, plan, endpoints):
 def plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     """Plan one dataset whose shards are known (``learn_shards``) on ``nodes`` (their room), write its plan (unless
     ``check_mode``), each node's lists and peer configuration, and return what the task reports for it."""
+    # A large plan is hundreds of thousands of small dicts and lists and no reference cycle: the cycle collector
+    # would walk them again and again (about 0.5 s of 4.5 at 1,000 nodes x 100,000 shards), so it waits meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     name = dataset["name"]
     plan_path = os.path.join(plan_dir, name + ".plan.json")
     previous = None
