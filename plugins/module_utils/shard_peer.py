@@ -22,6 +22,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+
 SHARD_PATH = "/shards/"
 DONE_PATH = "/done/"
 # What a peer's answer says about a shard it does not have yet, and how long the fetching node waits before asking again.
@@ -336,3 +338,28 @@ class PeerSources(object):
                 conn.close()
         except (OSError, http.client.HTTPException):
             return False
+
+
+PEER_KEYS = {"node": str, "address": str, "port": int, "token": str, "peers": dict, "sources": dict, "downstream": list,
+             "wait": (int, float), "linger": (int, float)}
+
+
+def peer_settings(peer):
+    """The settings of a peer-assisted run (see shard_transfer.stage()'s ``peer``), checked, with defaults filled in."""
+    if not isinstance(peer, dict) or set(peer) - set(PEER_KEYS):
+        raise StagingError("peer must be a mapping of %s" % ", ".join(sorted(PEER_KEYS)))
+    settings = dict(address="", port=0, peers={}, sources={}, downstream=[], wait=120.0, linger=60.0)
+    settings.update(peer)
+    for key, kind in PEER_KEYS.items():
+        if key not in settings or isinstance(settings[key], bool) or not isinstance(settings[key], kind):
+            raise StagingError("peer %s must be given as %s" % (key, getattr(kind, "__name__", "a number")))
+    if len(settings["token"]) < 16:
+        raise StagingError("peer token must have at least 16 characters")
+    if settings["downstream"] and not (settings["address"] and 0 < settings["port"] < 65536):
+        raise StagingError("node %s serves peers but has no address and port to listen on" % settings["node"])
+    unknown = sorted(set(settings["sources"].values()) - set(settings["peers"]))
+    if unknown:
+        raise StagingError("peer sources name %s, which are not among the peers %s" % (", ".join(unknown), ", ".join(sorted(settings["peers"]))))
+    if settings["wait"] < 0 or settings["linger"] < 0:
+        raise StagingError("peer wait and linger must not be negative")
+    return settings

@@ -84,7 +84,8 @@ import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, Journal, StagingError, nearest_existing
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME, Journal, nearest_existing
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 
 
 def route_address():

@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import StagingError, write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
 
 SHARDS = [{"name": "c-%d.tar" % i, "url": "http://store/ds/c-%d.tar" % i} for i in range(5)]
 

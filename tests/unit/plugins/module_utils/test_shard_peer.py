@@ -19,7 +19,8 @@ import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import JOURNAL_NAME, stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_fetcher
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
@@ -69,7 +69,14 @@ class RawServer(object):
             conn.close()
 
     def close(self):
+        # shutdown() wakes the thread blocked in accept(); a bare close() would leave it there, holding a listener
+        # whose descriptor number a later test's server may reuse.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.listener.close()
+        self.thread.join(5)
 
 
 @pytest.fixture
@@ -188,7 +195,7 @@ def test_https_with_a_verified_certificate(tmp_path, raw_server, monkeypatch):
 
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted["failed_shards"][0]["reason"]
     real_default_context = ssl.create_default_context
-    monkeypatch.setattr(shard_transfer.ssl, "create_default_context", lambda: real_default_context(cafile=cert))
+    monkeypatch.setattr(shard_fetcher.ssl, "create_default_context", lambda: real_default_context(cafile=cert))
 
     trusted = stage([shard(server.url("/x.tar", "https"))], dest, retries=0, **FAST)
 

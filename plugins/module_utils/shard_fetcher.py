@@ -1,0 +1,464 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""How shards come into dest: one shard from its source (HTTP or file://) or from a peer, with retries; the queue the
+workers take shards from; and the group commit that makes small shards durable together."""
+
+import collections
+import errno
+import heapq
+import itertools
+import os
+import random
+import re
+import ssl
+import stat
+import threading
+import time
+from urllib.parse import unquote, urlsplit
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import hash_file
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError, PermanentError, TransientError, describe
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import USER_AGENT, RateLimiter, content_length, open_url, validator_of
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import RETRY_SECONDS, shard_path
+
+MIB = 1 << 20
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)\Z")
+_RETRYABLE_4XX = (408, 425, 429)
+# A wrong checksum is retried once (the bytes may have been damaged in flight); a second one is the source's.
+_MISMATCH_ATTEMPTS = 2
+# copy_file_range cannot serve this pair of files; copy through user space instead.
+_NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY)
+_LOCAL_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+class Outcome(object):
+    __slots__ = ("kind", "shard", "size", "mtime_ns", "sha256", "validator", "reason", "received",
+                 "resumed", "hashed", "repaired", "forget", "part", "peer")
+
+    def __init__(self, kind, shard, received=0):
+        self.kind = kind
+        self.shard = shard
+        self.received = received
+        # A fetched shard whose part file still has to be made durable and published (group commit).
+        self.part = None
+        # The peer it came from; None: from its source.
+        self.peer = None
+        self.size = self.mtime_ns = self.sha256 = self.validator = self.reason = None
+        self.resumed = self.hashed = self.repaired = self.forget = False
+
+
+_RESTART = object()
+
+
+class Transfer(object):
+    """The settings of one run and the code that brings one shard into dest."""
+
+    def __init__(self, dest, retries, timeout, backoff, backoff_max, bandwidth_limit, buffer_size, checkpoint_bytes, check_mode):
+        self.dest = dest
+        self.retries = retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.limiter = RateLimiter(bandwidth_limit) if bandwidth_limit else None
+        self.buffer_size = buffer_size
+        self.checkpoint_bytes = checkpoint_bytes
+        self.check_mode = check_mode
+        # Shards of up to this many bytes are left to the run's group commit; -1: every shard is fsynced alone.
+        self.group_commit_bytes = -1
+        # Names whose .part.state file the scan found (only these can be resumed).
+        self.states = frozenset()
+        # PeerSources when other nodes of the run hand this one some of its shards; None: everything from the sources.
+        self.peers = None
+        self._local = threading.local()
+        self._ssl_lock = threading.Lock()
+        self._ssl = None
+
+    def ssl_context(self):
+        with self._ssl_lock:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            return self._ssl
+
+    def _buffer(self):
+        buffer = getattr(self._local, "buffer", None)
+        if buffer is None:
+            buffer = self._local.buffer = memoryview(bytearray(self.buffer_size))
+        return buffer
+
+    # -- one shard ------------------------------------------------------------------------------
+
+    def process(self, shard, expected_sha256, conns):
+        """Confirm an existing file by its hash when expected_sha256 is given, else (or when that fails) fetch."""
+        repaired = False
+        if expected_sha256 is not None:
+            found = self._hash_existing(shard)
+            if found is not None and found[0] == expected_sha256:
+                outcome = Outcome("confirmed", shard)
+                outcome.sha256, outcome.size, outcome.mtime_ns = found
+                outcome.hashed = True
+                return outcome
+            repaired = True
+        if self.check_mode:
+            outcome = Outcome("would_fetch", shard)
+        else:
+            outcome = self._fetch(shard)
+            if outcome.kind == "failed" and repaired:
+                outcome.reason = "the staged copy does not match its sha256 and refetching failed: %s" % outcome.reason
+        outcome.hashed = outcome.repaired = repaired
+        return outcome
+
+    def _hash_existing(self, shard):
+        try:
+            return hash_file(os.path.join(self.dest, shard.name), self.buffer_size)
+        except OSError:
+            return None
+
+    def _fetch(self, shard):
+        part = Partial(self.dest, shard, self.checkpoint_bytes, shard.name in self.states)
+        is_file = shard.url.startswith("file://")
+        attempt = mismatches = 0
+        try:
+            source = self.peers.peer_for(shard.name) if self.peers is not None else None
+            if source is not None:
+                try:
+                    outcome = self._from_peer(shard, part, *source)
+                except LocalError as exc:
+                    return self._give_up(shard, part, str(exc))
+                if outcome is not None:
+                    return outcome
+            while True:
+                try:
+                    if is_file:
+                        self._copy_file(shard, part)
+                    else:
+                        self._download(shard, part)
+                    return self._finish(shard, part)
+                except (PermanentError, LocalError) as exc:
+                    return self._give_up(shard, part, str(exc))
+                except ChecksumError as exc:
+                    part.discard()
+                    mismatches += 1
+                    reason = str(exc)
+                    if mismatches >= _MISMATCH_ATTEMPTS:
+                        return self._give_up(shard, part, "%s (on %d attempts)" % (reason, mismatches))
+                except (TransientError, OSError) as exc:
+                    reason = describe(exc)
+                attempt += 1
+                if attempt > self.retries:
+                    return self._give_up(shard, part, "%s (after %d attempts)" % (reason, attempt))
+                time.sleep(min(self.backoff_max, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0))
+        finally:
+            part.close()
+
+    def _finish(self, shard, part):
+        resumed = part.resumed_from > 0
+        outcome = Outcome("fetched", shard, part.received)
+        grouped = part.offset <= self.group_commit_bytes
+        outcome.size, outcome.mtime_ns, outcome.sha256 = part.complete(sync=not grouped)
+        if grouped:
+            outcome.part = part
+        else:
+            part.publish()
+        outcome.validator = part.validator
+        outcome.resumed = resumed
+        return outcome
+
+    def _give_up(self, shard, part, reason):
+        """Keep what was received (durably) for a later resume, and report the shard as failed."""
+        try:
+            part.checkpoint()
+        except LocalError:
+            pass
+        return self.failure(shard, reason, part.received)
+
+    @staticmethod
+    def failure(shard, reason, received=0):
+        outcome = Outcome("failed", shard, received)
+        outcome.reason = reason
+        return outcome
+
+    # -- from a peer -------------------------------------------------------------------------------
+
+    def _from_peer(self, shard, part, peer, base):
+        """The outcome of asking a peer for the shard: fetched, or deferred (the peer does not have it yet); None when
+        it must come from its source instead (the peer will not have it, went silent, or sent bad bytes)."""
+        before = part.received
+        try:
+            return self._ask_peer(shard, part, peer, base)
+        finally:
+            self.peers.count(peer, part.received - before)
+
+    def _ask_peer(self, shard, part, peer, base):
+        peers = self.peers
+        conns = self._local.conns
+        url = base + shard_path(shard.name)
+        try:
+            response, origin = open_url(url, dict(peers.headers(), **{"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}),
+                                        conns)
+        except (TransientError, PermanentError, OSError) as exc:
+            if peers.unreachable(peer, describe(exc)) and peers.may_wait(shard.name):
+                return Outcome("deferred", shard)
+            return None
+        peers.answered(peer)
+        status = response.status
+        if status != 200:
+            try:
+                response.read(64 * 1024)
+                conns.release(origin, response)
+            except (TransientError, OSError):
+                conns.drop(origin)
+            if status == 503 and peers.may_wait(shard.name):
+                return Outcome("deferred", shard)
+            if status == 401:
+                peers.give_up(peer, "it refused this run's token")
+            return None
+        try:
+            part.restart(validator_of(response), content_length(response))
+            part.expected_sha256 = shard.sha256 or response.getheader("X-Shard-Sha256")
+            if shard.size is not None and part.total != shard.size:
+                raise ChecksumError("it has %s bytes, expected %d" % (part.total, shard.size))
+            self._receive(response, part, part.total)
+            outcome = self._finish(shard, part)
+        except ChecksumError as exc:
+            conns.drop(origin)
+            part.discard()
+            peers.sent_bad_data(peer, shard.name, str(exc))
+            return None
+        except (TransientError, OSError) as exc:
+            conns.drop(origin)
+            part.reset()
+            if peers.unreachable(peer, describe(exc)) and peers.may_wait(shard.name):
+                return Outcome("deferred", shard)
+            return None
+        conns.release(origin, response)
+        outcome.peer = peer
+        return outcome
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _download(self, shard, part):
+        conns = self._local.conns
+        offset = part.resume_offset(self.buffer_size)
+        part.expected_sha256 = shard.sha256
+        while True:
+            headers = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
+            if offset:
+                headers["Range"] = "bytes=%d-" % offset
+                headers["If-Range"] = part.validator
+            response, origin = open_url(shard.url, headers, conns)
+            try:
+                total = self._accept(response, part, offset)
+                if total is _RESTART:
+                    conns.drop(origin)
+                    part.reset()
+                    offset = 0
+                    continue
+                if shard.size is not None and total is not None and total != shard.size:
+                    raise ChecksumError("the source has %d bytes, expected %d" % (total, shard.size))
+                self._receive(response, part, total)
+            except BaseException:
+                conns.drop(origin)
+                raise
+            conns.release(origin, response)
+            return
+
+    @staticmethod
+    def _accept(response, part, offset):
+        """Set part up for the response's body; return the shard's full size (None if unknown) or _RESTART."""
+        status = response.status
+        if status == 206 and offset:
+            match = _CONTENT_RANGE_RE.match(response.getheader("Content-Range") or "")
+            same_source = (match and int(match.group(1)) == offset and validator_of(response) == part.validator
+                           and (part.total is None or int(match.group(3)) == part.total))
+            if not same_source:
+                return _RESTART
+            part.total = int(match.group(3))
+            return part.total
+        if status == 200:
+            part.restart(validator_of(response), content_length(response))
+            return part.total
+        if status == 416 and offset:
+            return _RESTART
+        if status in _RETRYABLE_4XX or status >= 500:
+            raise TransientError("HTTP %d %s" % (status, response.reason))
+        raise PermanentError("HTTP %d %s" % (status, response.reason))
+
+    def _receive(self, response, part, total):
+        buffer = self._buffer()
+        chunk = self.limiter.chunk_size(len(buffer)) if self.limiter else len(buffer)
+        ceiling = part.shard.size
+        while True:
+            want = chunk if total is None else min(chunk, total - part.offset)
+            if want <= 0:
+                break
+            if self.limiter:
+                self.limiter.wait(want)
+            # Fill the buffer before writing: a small shard's body then costs one write and one hash update, not one
+            # for the bytes that came with the response head and another for the rest.
+            filled = 0
+            while filled < want:
+                count = response.readinto(buffer[filled:want])
+                if not count:
+                    break
+                filled += count
+            if not filled:
+                break
+            part.write(buffer[:filled])
+            if ceiling is not None and part.offset > ceiling:
+                raise ChecksumError("the source sent more than the expected %d bytes" % ceiling)
+        if total is not None and part.offset < total:
+            raise TransientError("body truncated after %d of %d bytes" % (part.offset, total))
+
+    # -- file:// ---------------------------------------------------------------------------------
+
+    def _copy_file(self, shard, part):
+        source = unquote(urlsplit(shard.url).path)
+        try:
+            src = os.open(source, os.O_RDONLY)
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            raise PermanentError("cannot open %s: %s" % (source, exc.strerror))
+        except OSError as exc:
+            raise TransientError("cannot open %s: %s" % (source, exc.strerror))
+        try:
+            info = os.fstat(src)
+            if not stat.S_ISREG(info.st_mode):
+                raise PermanentError("%s is not a regular file" % source)
+            if shard.size is not None and info.st_size != shard.size:
+                raise ChecksumError("the source has %d bytes, expected %d" % (info.st_size, shard.size))
+            part.checkpoint_bytes = float("inf")  # a local copy restarts rather than resumes
+            part.restart("%d-%d" % (info.st_size, info.st_mtime_ns), info.st_size)
+            self._copy_range(src, part, info.st_size)
+        finally:
+            os.close(src)
+        if part.offset < info.st_size:
+            raise TransientError("%s ended after %d of %d bytes" % (source, part.offset, info.st_size))
+
+    def _copy_range(self, src, part, size):
+        use_kernel = hasattr(os, "copy_file_range")
+        buffer = self._buffer()
+        while part.offset < size:
+            want = min(size - part.offset, self.limiter.chunk_size(len(buffer)) if self.limiter else 64 * MIB)
+            if self.limiter:
+                self.limiter.wait(want)
+            if use_kernel:
+                try:
+                    count = os.copy_file_range(src, part.fd, want)
+                except OSError as exc:
+                    if exc.errno in _NO_COPY_RANGE:
+                        use_kernel = False
+                        continue
+                    if exc.errno in _LOCAL_FULL:
+                        raise LocalError("cannot write %s: %s" % (part.path, exc.strerror))
+                    raise TransientError("copying from the source failed: %s" % exc.strerror)
+                part.note_copied(count)
+            else:
+                want = min(want, len(buffer))
+                count = os.readv(src, [buffer[:want]])
+                if count:
+                    part.write(buffer[:count])
+            if not count:
+                return
+
+
+class TaskQueue(object):
+    """The run's shards to process, in order, in two lines: those from their sources and those from peers. A shard a
+    peer does not have yet comes back after RETRY_SECONDS.
+
+    Peer-assisted, a few workers (``source_workers``) take the source line first and the others the peer line: the
+    shards this node seeds then arrive one after another, each ready for the peers early, instead of all of them
+    together at the end of the source's share, which would leave the links between the nodes idle until then.
+    """
+
+    def __init__(self, tasks, from_peer=None):
+        self.ready = collections.deque(task for task in tasks if from_peer is None or not from_peer(task[0]))
+        self.peer_ready = collections.deque(task for task in tasks if from_peer is not None and from_peer(task[0]))
+        self.later = []
+        self.order = itertools.count()
+        self.changed = threading.Condition()
+
+    def get(self, source_first=True):
+        """The next task, waiting for a deferred one when only those are left of the worker's line; None when there is
+        nothing left."""
+        with self.changed:
+            while True:
+                while self.later and self.later[0][0] <= time.monotonic():
+                    self.peer_ready.append(heapq.heappop(self.later)[2])
+                if source_first and self.ready:
+                    return self.ready.popleft()
+                if self.peer_ready:
+                    return self.peer_ready.popleft()
+                if self.ready and not self.later:
+                    return self.ready.popleft()
+                if not self.later:
+                    return None
+                self.changed.wait(self.later[0][0] - time.monotonic())
+
+    def defer(self, task):
+        with self.changed:
+            heapq.heappush(self.later, (time.monotonic() + RETRY_SECONDS, next(self.order), task))
+            self.changed.notify()
+
+
+class GroupCommit(object):
+    """Fetched small shards waiting to be made durable together: one syncfs(2) for the batch, then their renames;
+    then they are handed back for the journal, whose every save fsyncs the directory first.
+
+    Crash points: before the syncfs or before a rename, a shard is still a hidden part file, which a re-run
+    fetches again; after its rename it is whole and durable under its final name but not yet journaled, so a
+    re-run confirms it by its sha256 (or fetches it again when there is none). Nothing is ever visible under
+    its final name before it is durable, and nothing is journaled before its rename is.
+    """
+
+    # Commit early when this much is waiting, so one syncfs never has to write back an unbounded amount.
+    MAX_PENDING_BYTES = 256 * MIB
+
+    def __init__(self, dest, syncfs, interval):
+        self.syncfs = syncfs
+        self.interval = interval
+        self.pending = []
+        self.pending_bytes = 0
+        self.deadline = None
+        # Opened before any shard is written: syncfs through it reports writeback errors since this point.
+        self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+
+    def close(self):
+        os.close(self.fd)
+
+    def add(self, outcome):
+        if not self.pending:
+            self.deadline = time.monotonic() + self.interval
+        self.pending.append(outcome)
+        self.pending_bytes += outcome.size
+
+    def seconds_left(self):
+        return max(0.0, self.deadline - time.monotonic()) if self.pending else None
+
+    def due(self, finished):
+        return bool(self.pending) and (finished or self.pending_bytes >= self.MAX_PENDING_BYTES or time.monotonic() >= self.deadline)
+
+    def commit(self):
+        """Make the pending shards durable and publish them; return their outcomes (failures for those that could not be)."""
+        batch, self.pending, self.pending_bytes = self.pending, [], 0
+        try:
+            self.syncfs(self.fd)
+        except OSError as exc:
+            for outcome in batch:
+                outcome.part.discard()
+            return [self._failed(outcome, "cannot make %s durable (syncfs): %s" % (outcome.part.path, describe(exc))) for outcome in batch]
+        results = []
+        for outcome in batch:
+            try:
+                outcome.part.publish()
+                outcome.part = None
+                results.append(outcome)
+            except LocalError as exc:
+                outcome.part.discard()
+                results.append(self._failed(outcome, str(exc)))
+        return results
+
+    @staticmethod
+    def _failed(outcome, reason):
+        failure = Transfer.failure(outcome.shard, reason, outcome.received)
+        failure.hashed, failure.repaired = outcome.hashed, outcome.repaired
+        return failure

@@ -1,0 +1,165 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The shard list a run is given: loading it from a file, and checking every shard before anything is changed."""
+
+import contextlib
+import gc
+import itertools
+import json
+import re
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+
+MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
+_URL_PREFIXES = ("http://", "https://", "file://")
+_SHARD_KEYS = frozenset(("name", "url", "size", "sha256"))
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+class Shard(object):
+    __slots__ = ("name", "url", "size", "sha256")
+
+    def __init__(self, name, url, size=None, sha256=None):
+        self.name = name
+        self.url = url
+        self.size = size
+        self.sha256 = sha256
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Pause Python's cycle collector while 100,000-shard lists, journals and scans are built: they hold no reference
+    cycles, and each collection would walk every one of their objects again (it doubled a no-op re-run's CPU time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_json(path, option):
+    try:
+        with open(path, "rb") as handle, cyclic_gc_paused():
+            return json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise StagingError("cannot read %s %s: %s" % (option, path, exc))
+
+
+def load_shards_file(path):
+    """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
+    data = _load_json(path, "shards_file")
+    if isinstance(data, dict):
+        data = data.get("shards")
+    if not isinstance(data, list):
+        raise StagingError("shards_file %s must hold a JSON list of shards or an object with a 'shards' list" % path)
+    return data
+
+
+def load_peer_file(path):
+    """Read a peer-assisted run's settings (see stage()'s ``peer``) from a JSON object."""
+    data = _load_json(path, "peer_file")
+    if not isinstance(data, dict):
+        raise StagingError("peer_file %s must hold a JSON object" % path)
+    return data
+
+
+def _name_problem(name):
+    if not isinstance(name, str) or not name:
+        return "name must be a non-empty string"
+    if "/" in name or "\0" in name:
+        return "name must be a plain file name without '/'"
+    if name.startswith("."):
+        return "name must not start with '.' (hidden names are the engine's own partial and journal files)"
+    if len(name) * 4 > MAX_NAME_BYTES and len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
+        return "name is longer than %d bytes" % MAX_NAME_BYTES
+    return None
+
+
+def _shard_problems(index, raw):
+    """Return (problems, Shard or None) for one raw shard mapping."""
+    if not isinstance(raw, dict):
+        return ["shard #%d is not a mapping" % index], None
+    # This runs for each of up to 100,000 shards on every run, so plain string tests and no urlsplit.
+    name, url, size, sha256 = raw.get("name"), raw.get("url"), raw.get("size"), raw.get("sha256")
+    if isinstance(sha256, str):
+        sha256 = sha256.lower()
+    problems = []
+    name_problem = _name_problem(name)
+    if name_problem:
+        problems.append(name_problem)
+    if not isinstance(url, str) or not url.startswith(_URL_PREFIXES):
+        problems.append("url must be an http://, https:// or file:// URL, got %r" % (url,))
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        problems.append("size must be a non-negative integer, got %r" % (size,))
+    if sha256 is not None and (not isinstance(sha256, str) or not _SHA256_RE.match(sha256)):
+        problems.append("sha256 must be 64 hex digits, got %r" % (raw.get("sha256"),))
+    if len(raw) > 2 and not _SHARD_KEYS.issuperset(raw):
+        problems.append("unknown keys %s" % ", ".join(sorted(str(key) for key in set(raw) - _SHARD_KEYS)))
+    if problems:
+        return ["shard #%d (%s): %s" % (index, name, problem) for problem in problems], None
+    return problems, Shard(name, url, size, sha256)
+
+
+def _shards_if_all_valid(raw_shards):
+    """The Shard objects when every shard passes _shard_problems and no name repeats, else None.
+
+    A re-run validates up to 100,000 shards before confirming them, so this checks the list column by column
+    in C-level passes. It never rejects anything itself: on None, normalize_shards() checks shard by shard
+    and names the problems.
+    """
+    if not raw_shards:
+        return []
+    if set(map(type, raw_shards)) != {dict} or max(map(len, raw_shards)) > 4 or not all(map(_SHARD_KEYS.issuperset, raw_shards)):
+        return None
+    names, urls, sizes, digests = ([*map(dict.get, raw_shards, itertools.repeat(key))] for key in ("name", "url", "size", "sha256"))
+    if set(map(type, names)) != {str} or len(set(names)) != len(names) or max(map(len, names)) * 4 > MAX_NAME_BYTES:
+        return None
+    # Joined with NUL, which no valid name contains: an empty or hidden name shows as a NUL pair, NUL-dot or NUL at an end.
+    joined = "\0".join(names)
+    if (joined.count("\0") != len(names) - 1 or "/" in joined or "\0\0" in joined or "\0." in joined
+            or joined.startswith((".", "\0")) or joined.endswith("\0") or not names[0]):
+        return None
+    if set(map(type, urls)) != {str} or not all(map(str.startswith, urls, itertools.repeat(_URL_PREFIXES))):
+        return None
+    if not set(map(type, sizes)) <= {int, type(None)} or min([size for size in sizes if size is not None], default=0) < 0:
+        return None
+    given = [digest for digest in digests if digest is not None]
+    if given and (set(map(type, given)) != {str} or set(map(len, given)) != {64} or not _lower_hex("".join(given))):
+        return None
+    return [*map(Shard, names, urls, sizes, digests)]
+
+
+def _lower_hex(text):
+    try:
+        return not text.encode("ascii").translate(None, b"0123456789abcdef")
+    except UnicodeEncodeError:
+        return False
+
+
+def normalize_shards(raw_shards, max_problems=20):
+    """Validate a list of shard mappings and return Shard objects; raise StagingError listing the problems."""
+    if not isinstance(raw_shards, list):
+        raise StagingError("shards must be a list of {name, url, size, sha256} mappings")
+    shards = _shards_if_all_valid(raw_shards)
+    if shards is not None:
+        return shards
+    problems = []
+    shards = []
+    seen = set()
+    for index, raw in enumerate(raw_shards):
+        shard_problems, shard = _shard_problems(index, raw)
+        problems.extend(shard_problems)
+        if shard is None:
+            continue
+        if shard.name in seen:
+            problems.append("shard #%d (%s): duplicate name" % (index, shard.name))
+        seen.add(shard.name)
+        shards.append(shard)
+    if problems:
+        more = len(problems) - max_problems
+        listed = "; ".join(problems[:max_problems]) + ("; and %d more" % more if more > 0 else "")
+        raise StagingError("invalid shard list: %s" % listed)
+    return shards

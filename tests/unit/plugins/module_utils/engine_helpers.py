@@ -1,0 +1,38 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the shard engine's tests share: fast retry settings and checks of a dest directory."""
+
+import hashlib
+import os
+
+FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+KIB = 1024
+MIB = 1024 * 1024
+
+
+def sha256_of(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def visible(dest):
+    return sorted(name for name in os.listdir(dest) if not name.startswith("."))
+
+
+def hidden_partials(dest):
+    return sorted(name for name in os.listdir(dest) if name.endswith(".part") or name.endswith(".part.state"))
+
+
+def snapshot(dest):
+    result = {}
+    for name in os.listdir(dest):
+        info = os.lstat(os.path.join(dest, name))
+        with open(os.path.join(dest, name), "rb") as handle:
+            result[name] = (info.st_size, info.st_mtime_ns, hashlib.sha256(handle.read()).hexdigest())
+    return result
+
+
+def assert_staged(dest, contents):
+    for name, data in contents.items():
+        assert sha256_of(os.path.join(dest, name)) == hashlib.sha256(data).hexdigest(), name
