@@ -95,6 +95,7 @@ class Engine(Fetcher):
 
     name = "engine"
     label = "shard_transfer (this role)"
+    collections_dir = COLLECTIONS_DIR
 
     def _write_inputs(self, case, shards, dest):
         shard_list = case.write_shard_list(self._path("shards.json"), shards)
@@ -104,7 +105,7 @@ class Engine(Fetcher):
         return [sys.executable, "-m", ENGINE_MODULE, self._path("config.json")]
 
     def fetch(self):
-        env = dict(os.environ, PYTHONPATH=COLLECTIONS_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=self.collections_dir + os.pathsep + os.environ.get("PYTHONPATH", ""))
         try:
             done = subprocess.run(self.inputs, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
                                   timeout=self.timeout, check=False)
@@ -120,6 +121,15 @@ class Engine(Fetcher):
             raise ToolFailed("the engine exited %d: %s" % (done.returncode, result.get("error") or result.get("errors") or failed[:3]))
         keep = ("fetched", "confirmed", "verified", "fetched_bytes", "elapsed", "throughput", "changed", "warnings")
         return {key: result[key] for key in keep if key in result}
+
+
+def engine_from(checkout):
+    """The Engine class for another checkout of this repository (an A/B comparison in one run, e.g. before a change)."""
+    collections_dir = os.path.join(os.path.abspath(checkout), "collections")
+    if not os.path.isdir(os.path.join(collections_dir, "ansible_collections", "dlinfra", "gpu_cluster", "plugins")):
+        raise ValueError("%s is not a checkout of this repository (no collections/ansible_collections/dlinfra/gpu_cluster)" % checkout)
+    return type("EngineB", (Engine,), {"name": "engine-b", "label": "shard_transfer of %s" % os.path.basename(os.path.abspath(checkout)),
+                                       "collections_dir": collections_dir})
 
 
 class Aria2(Fetcher):

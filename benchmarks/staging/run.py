@@ -29,7 +29,7 @@ import time
 
 import bench_plan
 from _dataset import Case, check_copy, random_pattern, write_same_files
-from _fetchers import FETCHERS, Engine, StreamThroughSha256, StreamToNull, ToolFailed, run_logged
+from _fetchers import FETCHERS, Engine, StreamThroughSha256, StreamToNull, ToolFailed, engine_from, run_logged
 from _server import PACKAGES, Nginx, ServerUnavailable, ensure_packages, find_command, sync_and_drop_caches
 
 KIB = 1 << 10
@@ -65,7 +65,7 @@ class Measure(object):
 class Bench(object):
     """One benchmark run: its mode, scratch space, log and the rows of the table."""
 
-    def __init__(self, mode, runs, workdir, source_root):
+    def __init__(self, mode, runs, workdir, source_root, engine_b=None):
         self.mode = mode
         self.settings = MODES[mode]
         self.quick = mode == "quick"
@@ -73,6 +73,9 @@ class Bench(object):
         self.work = workdir
         self.source_root = source_root
         self.source_fs = "disk"
+        # Another checkout's engine, measured alternating with this one (--engine-b); None: not compared.
+        self.engine_b = engine_b
+        self.fetchers = FETCHERS[:1] + ((engine_b,) if engine_b else ()) + FETCHERS[1:]
         self.started = time.monotonic()
         self.rows = []
         self.cache_drops = []
@@ -154,7 +157,7 @@ class Bench(object):
             _empty_dir(dest)
 
         measures = []
-        for fetcher_class in FETCHERS:
+        for fetcher_class in self.fetchers:
             fetcher = fetcher_class(self.path("scratch", "%s-%s" % (case.name, fetcher_class.name)), self.settings["timeout"])
             reason = fetcher.missing()
             if reason:
@@ -194,7 +197,7 @@ class Bench(object):
         def check(details):
             try:
                 problems = check_copy(dest, shards, hashed="none" if tool == "disk-write" else self.hashed)
-                if tool == "engine" and details.get("fetched") != len(shards):
+                if tool.startswith("engine") and details.get("fetched") != len(shards):
                     problems.append("the engine reports %s shards fetched, expected %d" % (details.get("fetched"), len(shards)))
                 if problems:
                     raise ToolFailed("wrong copy: " + "; ".join(problems))
@@ -225,6 +228,10 @@ class Bench(object):
                 raise ToolFailed("the re-run was not a no-op: %s" % details)
 
         measures = [Measure("engine", "shard_transfer re-run (journal)", engine.fetch, after=check_engine)]
+        if self.engine_b:
+            engine_b = self.engine_b(self.path("scratch", "noop-engine-b"), self.settings["timeout"])
+            engine_b.prepare(case, case.shards, staged)
+            measures.append(Measure("engine-b", engine_b.label + " re-run", engine_b.fetch, after=check_engine))
         rsync = find_command("rsync")
         label = "rsync -a --dry-run (tree vs. its copy)"
         try:
@@ -258,6 +265,9 @@ class Bench(object):
         status = "ok" if result.get("paths_agree", True) else "failed: the numpy and pure-Python placements differ"
         self.add_row("plan", "engine", "shard_plan.make_plan, %s (%s)" % (PLAN_LABEL[self.mode], key.rsplit("_", 1)[1]), status=status,
                      seconds=timings[key], files=result["shards"], details=result)
+        status = "ok" if result.get("plan_task_agrees") else "failed: the plan task's placement differs from make_plan's"
+        self.add_row("plan task", "engine", "the role's plan task: plan, plan file, %d lists" % result["plan_task_files"], status=status,
+                     seconds=result["plan_task_seconds"], files=result["shards"])
 
 
 def _empty_dir(path):
@@ -315,11 +325,12 @@ def evaluate_targets(rows, big, small, noop, cpus=None):
     else:
         targets.append(("no-op re-run <= %g s" % NOOP_TARGET_SECONDS, "PASS" if engine["seconds"] <= NOOP_TARGET_SECONDS else "FAIL",
                         "%.2f s for %d shards" % (engine["seconds"], engine["files"])))
-    plan = _find(rows, "plan", "engine")
-    if plan is None:
-        targets.append(("plan <= 5 s", "n/a", "a figure is missing"))
-    else:
-        targets.append(("plan <= 5 s", "PASS" if plan["seconds"] <= bench_plan.TARGET_SECONDS else "FAIL", "%.2f s" % plan["seconds"]))
+    for case, name in (("plan", "plan <= 5 s"), ("plan task", "the role's whole plan task <= 5 s")):
+        plan = _find(rows, case, "engine")
+        if plan is None:
+            targets.append((name, "n/a", "a figure is missing"))
+        else:
+            targets.append((name, "PASS" if plan["seconds"] <= bench_plan.TARGET_SECONDS else "FAIL", "%.2f s" % plan["seconds"]))
     return targets
 
 
@@ -395,6 +406,8 @@ def parse_args(argv):
                         "in full mode, ~13 GiB when the sources go there too")
     parser.add_argument("--source-dir", metavar="DIR", help="where nginx's data goes (default: /dev/shm when it is a tmpfs with room, "
                         "else the scratch directory)")
+    parser.add_argument("--engine-b", metavar="CHECKOUT", help="also measure the engine of another checkout of this repository "
+                        "(e.g. a git worktree of an older commit), alternating with this one: an A/B comparison in one run")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (data, configs, logs) for inspection")
     args = parser.parse_args(argv)
     if args.runs is not None and not 1 <= args.runs <= 5:
@@ -428,7 +441,7 @@ def main(argv=None):
     source_root = tempfile.mkdtemp(prefix="staging-bench-www-", dir=source_parent) if source_parent else os.path.join(work, "www")
     os.makedirs(source_root, exist_ok=True)
     os.chmod(source_root, 0o755)
-    bench = Bench(mode, args.runs or settings["runs"], work, source_root)
+    bench = Bench(mode, args.runs or settings["runs"], work, source_root, engine_from(args.engine_b) if args.engine_b else None)
     if _is_tmpfs(source_root):
         bench.source_fs = "tmpfs"
     big = Case("big", "(a) %d x %d MiB" % (settings["big"][0], settings["big"][1] // MIB), *settings["big"])

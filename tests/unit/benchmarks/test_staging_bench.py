@@ -81,7 +81,7 @@ def test_quick_mode_every_tool_that_ran_made_a_whole_copy(quick_result):
     failed = [row for row in quick_result["rows"] if row["status"].startswith("failed")]
     assert not failed
     assert all(row["status"] == "ok" or row["status"].startswith("skipped: ") for row in quick_result["rows"])
-    assert len(quick_result["targets"]) == 7
+    assert len(quick_result["targets"]) == 8
 
 
 LIMIT_TARGET = "(a) engine >= 0.8x the physical limit, on >= 8 CPUs"
@@ -97,7 +97,7 @@ def _verdicts(rows, cpus=8):
 AT_THE_BOUNDARIES = {
     (BIG, "engine"): 10.0, (BIG, "aria2c"): 10.0, (BIG, "aria2c-sha256"): 11.0, (BIG, "rclone"): 12.0, (BIG, "stream-null"): 4.0,
     (BIG, "disk-write"): 8.0, (SMALL, "engine"): 10.0, (SMALL, "curl"): 10.0, (SMALL, "get_url"): 200.0,
-    (NOOP, "engine"): 10.0, (NOOP, "rsync"): 10.5, ("plan", "engine"): 5.0,
+    (NOOP, "engine"): 10.0, (NOOP, "rsync"): 10.5, ("plan", "engine"): 5.0, ("plan task", "engine"): 5.0,
 }
 
 
@@ -121,6 +121,7 @@ def test_targets_pass_at_the_boundaries():
     ({(NOOP, "rsync"): 10.0}, "no-op re-run faster than rsync -a --dry-run"),
     ({(NOOP, "engine"): 10.01, (NOOP, "rsync"): 11.0}, "no-op re-run <= 10 s"),
     ({("plan", "engine"): 5.01}, "plan <= 5 s"),
+    ({("plan task", "engine"): 5.01}, "the role's whole plan task <= 5 s"),
 ])
 def test_targets_fail_just_past_the_boundaries(changes, failing):
     verdicts = _verdicts(_rows(changes))
