@@ -1,8 +1,14 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The engine's files in dest, beside the shards: their names, durable writes (atomic replace, fsync, syncfs), the
-directory scan, the journal of staged shards, and the lock that keeps two runs apart."""
+directory scan, the journal of staged shards, and the lock that keeps two runs apart.
 
+dest may be writable by others while the engine runs as root, so no file the engine writes (or trusts) in dest is opened
+through a symbolic link: open_nofollow() and open_directory() refuse links, and create_temp() makes temporary files under
+unpredictable names with O_CREAT|O_EXCL|O_NOFOLLOW."""
+
+import binascii
+import errno
 import fcntl
 import hashlib
 import json
@@ -11,7 +17,6 @@ import os
 import re
 import stat
 import sys
-import threading
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 
@@ -22,25 +27,124 @@ PART_SUFFIX = ".part"
 STATE_SUFFIX = ".part.state"
 # Forked processes that lstat a large dest in parallel (see DirectoryScan).
 SCAN_WORKERS = 4
+# Names create_temp() tries before it gives up (each is 64 random bits: a clash means something is wrong).
+_TEMP_ATTEMPTS = 8
 
 
-def write_atomically(path, data):
-    """Replace path with data so that a crash leaves either the old or the new content, never a mix."""
-    directory = os.path.dirname(path) or "."
-    temp = "%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident())
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+class UnsafeFileError(OSError):
+    """A file the engine would write (or trust) is a symbolic link, not a regular file, or has another hard link.
+
+    It is never opened through the link. str() is the whole message, naming the path and the fix."""
+
+    def __str__(self):
+        return self.strerror
+
+
+def _refuse(shown, info):
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        return UnsafeFileError(errno.ELOOP, "%s is a symbolic link; the engine never writes through a link in dest: remove it "
+                                            "(and find out who put it there)" % shown)
+    if info is not None and info.st_nlink > 1 and stat.S_ISREG(info.st_mode):
+        return UnsafeFileError(errno.EMLINK, "%s has %d hard links; the engine writes only files of its own in dest: remove it"
+                               % (shown, info.st_nlink))
+    return UnsafeFileError(errno.EINVAL, "%s is not a regular file; move it away" % shown)
+
+
+def open_nofollow(path, flags, mode=0o644, dir_fd=None, shown=None):
+    """os.open(path, flags) that never follows a symbolic link at path and opens only a regular file.
+
+    O_NOFOLLOW and O_CLOEXEC are added to flags. A link at path (ELOOP) raises UnsafeFileError naming ``shown`` (default:
+    path), and so does a descriptor that turns out not to be a regular file or, opened for writing, a file with another
+    hard link. O_TRUNC is applied only after those checks, so nothing is truncated through a hard link. Other errors
+    (FileNotFoundError...) are raised as os.open raises them. With dir_fd, path is relative to that open directory."""
+    shown = path if shown is None else shown
+    writing = flags & (os.O_WRONLY | os.O_RDWR)
+    try:
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and _is_link(path, dir_fd):
+            raise _refuse(shown, os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (writing and info.st_nlink > 1):
+            raise _refuse(shown, info)
+        if flags & os.O_TRUNC and info.st_size:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(path, dir_fd):
+    try:
+        return stat.S_ISLNK(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def open_directory(path, dir_fd=None, shown=None):
+    """Open a directory to work in by descriptor, refusing (UnsafeFileError naming ``shown``) a link or a non-directory at
+    path. With dir_fd, path is relative to that open directory."""
+    shown = path if shown is None else shown
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        if exc.errno == errno.ELOOP and not _is_link(path, dir_fd):
+            raise
+    if _is_link(path, dir_fd):
+        raise _refuse(shown, os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
+    raise UnsafeFileError(errno.ENOTDIR, "%s is not a directory; move it away" % shown)
+
+
+def create_temp(path, mode=0o644, dir_fd=None):
+    """Create an empty file beside path, named path.tmp.RANDOM, for writing; return (fd, its name).
+
+    The name cannot be guessed and the file is created with O_CREAT|O_EXCL|O_NOFOLLOW, so whatever someone planted
+    beside path (a symbolic link to a file outside dest, say) is never opened: a name that exists is skipped."""
+    for _attempt in range(_TEMP_ATTEMPTS):
+        temp = "%s.tmp.%s" % (path, _temp_token())
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        return fd, temp
+    raise FileExistsError(errno.EEXIST, "no unused temporary name beside %s in %d tries" % (path, _TEMP_ATTEMPTS))
+
+
+def _temp_token():
+    return binascii.hexlify(os.urandom(8)).decode("ascii")
+
+
+def write_atomically(path, data, sync=True, dir_fd=None):
+    """Replace path with data so that a crash leaves either the old or the new content, never a mix.
+
+    The data goes into a new file from create_temp(), which rename(2) then puts at path: a symbolic link at path is
+    replaced, never followed. With sync (the default) the file, then its directory, are fsynced before this returns;
+    without, a crash may leave the old content (never a mix). With dir_fd, path is relative to that open directory, so no
+    link above it is followed either."""
+    fd, temp = create_temp(path, dir_fd=dir_fd)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
-        unlink_quietly(temp)
+        unlink_quietly(temp, dir_fd=dir_fd)
         raise
     os.close(fd)
-    os.replace(temp, path)
-    fsync_directory(directory)
+    os.replace(temp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    if not sync:
+        return
+    if dir_fd is not None:
+        os.fsync(dir_fd)
+    else:
+        fsync_directory(os.path.dirname(path) or ".")
 
 
 def fsync_directory(path):
@@ -99,9 +203,9 @@ def trusted_syncfs(path):
     return call
 
 
-def unlink_quietly(path):
+def unlink_quietly(path, dir_fd=None):
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
@@ -227,12 +331,17 @@ class Journal(object):
 
     @classmethod
     def load(cls, path, dest):
+        """Read the journal at path. A symbolic link (or anything but a regular file) there raises StagingError naming
+        it, before the run changes anything: what the journal lists decides what a prune removes."""
         journal = cls(path, dest)
         try:
-            with open(path, "rb") as handle:
+            fd = open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK, shown="the journal %s" % path)
+            with os.fdopen(fd, "rb") as handle:
                 data = json.load(handle)
         except FileNotFoundError:
             return journal
+        except UnsafeFileError as exc:
+            raise StagingError(str(exc))
         except (OSError, ValueError) as exc:
             journal.warning = "journal %s is unreadable (%s); staged files are re-verified and none is pruned" % (path, exc)
             return journal
@@ -274,11 +383,16 @@ class DirectoryLock(object):
 
     def acquire(self, if_possible=False):
         """Take the lock, or raise StagingError naming the run that holds it. With if_possible, a dest that does not
-        exist yet or refuses the lock file returns False instead (prepare_dest() then explains the problem)."""
+        exist yet or refuses the lock file returns False instead (prepare_dest() then explains the problem).
+
+        A symbolic link (or anything but a regular file) at the lock's name raises StagingError naming it, if_possible
+        or not: the lock file is never created or opened through a link."""
         if self.fd is not None:
             return True
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, shown="the lock %s" % self.path)
+        except UnsafeFileError as exc:
+            raise StagingError("cannot lock %s: %s" % (os.path.dirname(self.path), exc))
         except OSError:
             if if_possible:
                 return False

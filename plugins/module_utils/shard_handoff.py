@@ -5,13 +5,15 @@
 import os
 import re
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import write_atomically
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+    UnsafeFileError, open_directory, open_nofollow, write_atomically)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 
 
 HANDOFF_LIST = "shards.txt"
 HANDOFF_SOURCES = "sources.txt"
 HANDOFF_RANKS = "ranks"
+_RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
 
 
 def _rank_file(rank):
@@ -22,7 +24,11 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
     """Write the lists a training job reads: shards.txt (what to read: local paths, and the URLs of the ``streamed``
     shards, which stay at their source), sources.txt (every shard's URL) and ranks/rank-NNNN.txt (disjoint round-robin
     parts of shards.txt, one per rank), in the order given (merged by name with ``streamed``). Returns the files it changed (would change, in check
-    mode). Rank files beyond ``ranks`` are removed."""
+    mode). Rank files beyond ``ranks`` are removed.
+
+    Nothing is written through a symbolic link: a link (or anything but a regular file) at a list's name, or a ``ranks``
+    that is a link or not a directory, raises StagingError naming it, in check mode too, before any list is changed.
+    The lists are written by name inside dest and ranks opened as directories, then replaced by rename."""
     if ranks < 1:
         raise StagingError("ranks is %d; give 1 or more training ranks per node" % ranks)
     dest = os.path.abspath(dest)
@@ -33,25 +39,73 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
     wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [url for _name, _read, url in entries]}
     for rank in range(ranks):
         wanted[_rank_file(rank)] = paths[rank::ranks]
-    changed = []
-    for relative, lines in sorted(wanted.items()):
-        path = os.path.join(dest, relative)
-        data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if not check_mode:
+        os.makedirs(dest, exist_ok=True)
+    try:
+        dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if check_mode:
+            return sorted(wanted)
+        raise
+    ranks_fd = None
+    try:
+        ranks_fd = _open_ranks(dest, dest_fd, create=not check_mode)
+        # Every list is read (and so checked) before any is written: a planted link stops the hand-off unchanged.
+        changes = []
+        for relative, lines in sorted(wanted.items()):
+            data = "".join(line + "\n" for line in lines).encode("utf-8")
+            directory, name = _where(relative, dest_fd, ranks_fd)
+            if _current(name, directory, os.path.join(dest, relative)) != data:
+                changes.append((relative, directory, name, data))
+        stale = []
+        if ranks_fd is not None:
+            stale = sorted(entry for entry in os.listdir(ranks_fd)
+                           if os.path.join(HANDOFF_RANKS, entry) not in wanted and _RANK_FILE_RE.match(entry))
+        if not check_mode:
+            for _relative, directory, name, data in changes:
+                write_atomically(name, data, dir_fd=directory)
+            for entry in stale:
+                # unlink(2) removes a link itself, never what it points to.
+                os.unlink(entry, dir_fd=ranks_fd)
+        return [change[0] for change in changes] + [os.path.join(HANDOFF_RANKS, entry) for entry in stale]
+    finally:
+        if ranks_fd is not None:
+            os.close(ranks_fd)
+        os.close(dest_fd)
+
+
+def _open_ranks(dest, dest_fd, create):
+    """An open descriptor of dest/ranks (created unless in check mode), or None when it does not exist (check mode)."""
+    if create:
         try:
-            with open(path, "rb") as handle:
-                if handle.read() == data:
-                    continue
-        except OSError:
+            os.mkdir(HANDOFF_RANKS, dir_fd=dest_fd)
+        except FileExistsError:
             pass
-        changed.append(relative)
-        if not check_mode:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomically(path, data)
-    ranks_dir = os.path.join(dest, HANDOFF_RANKS)
-    stale = sorted(entry for entry in (os.listdir(ranks_dir) if os.path.isdir(ranks_dir) else [])
-                   if os.path.join(HANDOFF_RANKS, entry) not in wanted and re.match(r"^rank-\d{4,}\.txt$", entry))
-    for entry in stale:
-        changed.append(os.path.join(HANDOFF_RANKS, entry))
-        if not check_mode:
-            os.unlink(os.path.join(ranks_dir, entry))
-    return changed
+    try:
+        return open_directory(HANDOFF_RANKS, dir_fd=dest_fd, shown="the hand-off directory %s" % os.path.join(dest, HANDOFF_RANKS))
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
+    except UnsafeFileError as exc:
+        raise StagingError(str(exc))
+
+
+def _where(relative, dest_fd, ranks_fd):
+    """(directory descriptor, name) of a list given by its path relative to dest; None for a ranks dir not made yet."""
+    head, name = os.path.split(relative)
+    return (ranks_fd if head == HANDOFF_RANKS else dest_fd), name
+
+
+def _current(name, directory, shown):
+    """The bytes of an existing list, None when there is none to read; a link at its name raises StagingError."""
+    if directory is None:
+        return None
+    try:
+        fd = open_nofollow(name, os.O_RDONLY | os.O_NONBLOCK, dir_fd=directory, shown="the hand-off list %s" % shown)
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+    except UnsafeFileError as exc:
+        raise StagingError(str(exc))
+    except OSError:
+        return None

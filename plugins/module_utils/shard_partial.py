@@ -7,7 +7,8 @@ import hashlib
 import json
 import os
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import PART_SUFFIX, STATE_SUFFIX, unlink_quietly
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+    PART_SUFFIX, STATE_SUFFIX, UnsafeFileError, open_nofollow, unlink_quietly, write_atomically)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError
 
 MIB = 1 << 20
@@ -18,6 +19,10 @@ class Partial(object):
 
     The state file is written only after an fsync of the part file, and records the offset up to
     which the part is durable, so a resume after a crash never trusts bytes that were not on disk.
+
+    Neither file is opened through a symbolic link (dest may be writable by others): a link at the part's or the
+    state's name fails this shard alone with a LocalError that names the link (its reason in failed_shards), and
+    the other shards are still staged. The state file is replaced by rename from an unpredictably named new file.
     """
 
     def __init__(self, dest, shard, checkpoint_bytes, has_state):
@@ -47,9 +52,11 @@ class Partial(object):
         if not state:
             return 0
         try:
-            fd = os.open(self.path, os.O_RDWR)
+            fd = open_nofollow(self.path, os.O_RDWR)
         except FileNotFoundError:
             return 0
+        except UnsafeFileError as exc:
+            raise LocalError(str(exc))
         except OSError as exc:
             raise LocalError("cannot open %s: %s" % (self.path, exc.strerror))
         self.fd = fd
@@ -78,9 +85,13 @@ class Partial(object):
         return self.offset
 
     def _read_state(self):
+        """The state file's record when it is usable, else None; a link at its name raises LocalError."""
         try:
-            with open(self.state_path, "rb") as handle:
+            fd = open_nofollow(self.state_path, os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
                 state = json.load(handle)
+        except UnsafeFileError as exc:
+            raise LocalError(str(exc))
         except (OSError, ValueError):
             return None
         usable = (isinstance(state, dict) and state.get("url") == self.shard.url and state.get("validator")
@@ -93,10 +104,12 @@ class Partial(object):
         try:
             self._drop_state()
             if self.fd is None:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                self.fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
             else:
                 os.ftruncate(self.fd, 0)
                 os.lseek(self.fd, 0, os.SEEK_SET)
+        except UnsafeFileError as exc:
+            raise LocalError(str(exc))
         except OSError as exc:
             raise LocalError("cannot create %s: %s" % (self.path, exc.strerror))
         self.hasher = hashlib.sha256()
@@ -135,10 +148,8 @@ class Partial(object):
         try:
             os.fsync(self.fd)
             state = {"url": self.shard.url, "validator": self.validator, "size": self.total, "durable": self.offset}
-            temp = self.state_path + ".tmp"
-            with open(temp, "w") as handle:
-                json.dump(state, handle)
-            os.replace(temp, self.state_path)
+            # Not fsynced: a state lost in a crash costs a restart from zero, never a resume from bytes not on disk.
+            write_atomically(self.state_path, json.dumps(state).encode("utf-8"), sync=False)
             self.has_state = True
         except OSError as exc:
             raise LocalError("cannot record progress of %s: %s" % (self.path, exc.strerror))

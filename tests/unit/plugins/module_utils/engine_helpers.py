@@ -36,3 +36,24 @@ def snapshot(dest):
 def assert_staged(dest, contents):
     for name, data in contents.items():
         assert sha256_of(os.path.join(dest, name)) == hashlib.sha256(data).hexdigest(), name
+
+
+def outside_target(tmp_path, name="precious", size=150 * KIB):
+    """A file outside any dest (a stand-in for /etc/shadow) with an old mtime, so that a write would show in fingerprint()."""
+    directory = tmp_path / "outside"
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_bytes(os.urandom(size))
+    os.utime(str(path), ns=(1000000000 * 10 ** 9, 1000000000 * 10 ** 9))
+    return path
+
+
+def fingerprint(path):
+    """(bytes, mtime_ns) of a file, to show it untouched."""
+    return path.read_bytes(), os.stat(str(path)).st_mtime_ns
+
+
+def plant_link(link, target):
+    """A symbolic link at link pointing to target (which need not exist)."""
+    os.symlink(str(target), str(link))
+    return link

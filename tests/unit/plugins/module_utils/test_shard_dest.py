@@ -1,22 +1,25 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine's files in dest: the journal (another dest's, unreadable, malformed), the forked directory scan, the lock."""
+"""The engine's files in dest: the journal (another dest's, unreadable, malformed), the forked directory scan, the lock,
+and links planted in dest (never followed)."""
 
 import errno
 import fcntl
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_dest
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+    JOURNAL_NAME, LOCK_NAME, UnsafeFileError, open_nofollow, write_atomically)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
-from engine_helpers import FAST, KIB, visible
+from engine_helpers import FAST, KIB, fingerprint, outside_target, plant_link, visible
 
 
 def test_a_journal_of_another_dest_is_refused(tmp_path, make_shards):
@@ -128,3 +131,102 @@ def test_a_second_run_on_a_locked_dest_is_refused(tmp_path, make_shards):
         fcntl.flock(holder, fcntl.LOCK_EX)
         with pytest.raises(StagingError, match="locked by another shard_fetch run"):
             stage(shards, str(tmp_path), **FAST)
+
+
+# ---------------------------------------------------------------------------------------------
+# Links planted in dest (dest may be writable by others; the engine runs as root)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, what", [(JOURNAL_NAME, "the journal"), (LOCK_NAME, "the lock")])
+def test_a_link_at_the_journal_or_lock_name_stops_the_run_and_its_target_is_untouched(tmp_path, make_shards, name, what):
+    shards, contents = make_shards({"a.tar": KIB})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    link = plant_link(dest / name, target)
+
+    with pytest.raises(StagingError) as raised:
+        stage(shards, str(dest), **FAST)
+
+    assert "%s %s is a symbolic link" % (what, link) in str(raised.value)
+    assert "remove it" in str(raised.value)
+    assert fingerprint(target) == before
+    assert os.path.islink(str(link)) and visible(str(dest)) == []
+
+
+def test_a_dangling_link_at_the_lock_name_creates_nothing_outside_dest(tmp_path, make_shards):
+    shards, contents = make_shards({"a.tar": KIB})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = tmp_path / "outside-new-file"
+    link = plant_link(dest / LOCK_NAME, target)
+
+    with pytest.raises(StagingError, match="the lock %s is a symbolic link" % link):
+        stage(shards, str(dest), **FAST)
+
+    assert not os.path.lexists(str(target))
+
+
+def test_a_link_at_the_old_temporary_name_is_not_followed(tmp_path):
+    # Before: the temporary file was PATH.tmp.PID.THREAD, a name anyone could guess and plant a link at.
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    path = tmp_path / "list.txt"
+    plant_link("%s.tmp.%d.%d" % (path, os.getpid(), threading.get_ident()), target)
+
+    write_atomically(str(path), b"new\n")
+
+    assert path.read_bytes() == b"new\n"
+    assert fingerprint(target) == before
+
+
+def test_a_link_planted_at_the_temporary_name_itself_is_skipped_not_followed(tmp_path, monkeypatch):
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    path = tmp_path / "list.txt"
+    plant_link("%s.tmp.guessed" % path, target)
+    tokens = iter(["guessed", "fresh"])
+    monkeypatch.setattr(shard_dest, "_temp_token", lambda: next(tokens))
+
+    write_atomically(str(path), b"new\n")
+
+    assert path.read_bytes() == b"new\n"
+    assert fingerprint(target) == before
+    assert os.path.islink("%s.tmp.guessed" % path)
+
+
+def test_write_atomically_replaces_a_link_at_its_path_and_never_writes_through_it(tmp_path):
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    path = plant_link(tmp_path / "list.txt", target)
+
+    write_atomically(str(path), b"new\n")
+
+    assert not os.path.islink(str(path)) and path.read_bytes() == b"new\n"
+    assert fingerprint(target) == before
+
+
+def test_open_nofollow_refuses_a_hard_link_before_truncating_it(tmp_path):
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    os.link(str(target), str(tmp_path / "part"))
+
+    with pytest.raises(UnsafeFileError, match="has 2 hard links"):
+        open_nofollow(str(tmp_path / "part"), os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+
+    assert fingerprint(target) == before
+
+
+@pytest.mark.parametrize("flags", [os.O_RDONLY, os.O_RDWR | os.O_CREAT, os.O_RDWR | os.O_CREAT | os.O_TRUNC])
+def test_open_nofollow_names_a_link_and_leaves_its_target(tmp_path, flags):
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    link = plant_link(tmp_path / "file", target)
+
+    with pytest.raises(UnsafeFileError) as raised:
+        open_nofollow(str(link), flags)
+
+    assert raised.value.errno == errno.ELOOP
+    assert str(raised.value).startswith("%s is a symbolic link" % link)
+    assert fingerprint(target) == before

@@ -1,9 +1,13 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+import os
+
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
+
+from engine_helpers import fingerprint, outside_target, plant_link
 
 SHARDS = [{"name": "c-%d.tar" % i, "url": "http://store/ds/c-%d.tar" % i} for i in range(5)]
 
@@ -43,3 +47,78 @@ def test_more_ranks_than_shards_gives_empty_lists(tmp_path):
 def test_needs_a_rank(tmp_path, ranks):
     with pytest.raises(StagingError, match="1 or more training ranks"):
         write_handoff(str(tmp_path), SHARDS, ranks=ranks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Links planted at the lists' names: refused, naming the link, before any list is written
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+@pytest.mark.parametrize("relative", ["shards.txt", "sources.txt", "ranks/rank-0001.txt"])
+def test_a_link_at_a_list_name_is_refused_and_its_target_is_untouched(tmp_path, relative, check_mode):
+    dest = tmp_path / "dest"
+    (dest / "ranks").mkdir(parents=True)
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    link = plant_link(dest / relative, target)
+
+    with pytest.raises(StagingError) as raised:
+        write_handoff(str(dest), SHARDS, ranks=2, check_mode=check_mode)
+
+    assert str(raised.value).startswith("the hand-off list %s is a symbolic link" % link)
+    assert fingerprint(target) == before
+    assert os.path.islink(str(link))
+    # Refused before any list was written.
+    planted_in_ranks = relative.startswith("ranks/")
+    assert sorted(os.listdir(str(dest))) == (["ranks"] if planted_in_ranks else sorted(["ranks", relative]))
+    assert os.listdir(str(dest / "ranks")) == (["rank-0001.txt"] if planted_in_ranks else [])
+
+
+def test_a_link_at_a_list_whose_target_already_holds_the_list_is_refused(tmp_path):
+    dest = tmp_path / "dest"
+    write_handoff(str(dest), SHARDS, ranks=1)
+    target = outside_target(tmp_path)
+    target.write_bytes((dest / "shards.txt").read_bytes())
+    (dest / "shards.txt").unlink()
+    link = plant_link(dest / "shards.txt", target)
+
+    with pytest.raises(StagingError, match="the hand-off list %s is a symbolic link" % link):
+        write_handoff(str(dest), SHARDS, ranks=1)
+
+
+def test_a_dangling_link_at_a_list_name_creates_nothing_outside_dest(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    link = plant_link(dest / "sources.txt", tmp_path / "new-outside")
+
+    with pytest.raises(StagingError, match="the hand-off list %s is a symbolic link" % link):
+        write_handoff(str(dest), SHARDS, ranks=1)
+
+    assert not os.path.lexists(str(tmp_path / "new-outside"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True], ids=["run", "check"])
+def test_a_ranks_directory_that_is_a_link_is_refused_and_what_it_points_to_is_untouched(tmp_path, check_mode):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    outside = tmp_path / "outside-ranks"
+    outside.mkdir()
+    files = {}
+    for name in ("rank-0000.txt", "rank-0007.txt"):  # one the lists would rewrite, one a prune of stale ranks would remove
+        (outside / name).write_bytes(os.urandom(100))
+        os.utime(str(outside / name), ns=(10 ** 18, 10 ** 18))
+        files[name] = fingerprint(outside / name)
+    link = plant_link(dest / "ranks", outside)
+
+    with pytest.raises(StagingError) as raised:
+        write_handoff(str(dest), SHARDS, ranks=2, check_mode=check_mode)
+
+    assert str(raised.value).startswith("the hand-off directory %s is a symbolic link" % link)
+    assert dict((name, fingerprint(outside / name)) for name in sorted(os.listdir(str(outside)))) == files
+    assert sorted(os.listdir(str(dest))) == ["ranks"]
+
+
+def test_a_ranks_that_is_not_a_directory_is_refused(tmp_path):
+    (tmp_path / "ranks").write_text("not a directory")
+    with pytest.raises(StagingError, match="ranks is not a directory; move it away"):
+        write_handoff(str(tmp_path), SHARDS, ranks=1)

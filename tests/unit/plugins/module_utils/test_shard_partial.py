@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A shard's part file across attempts and runs: Range resume, restart on a changed source, kill -9 and re-run."""
+"""A shard's part file across attempts and runs: Range resume, restart on a changed source, kill -9 and re-run; links
+planted at the part's and the state's names."""
 
 import hashlib
 import json
@@ -14,12 +15,12 @@ import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import Shard
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
-from engine_helpers import FAST, KIB, MIB, REPO_ROOT, assert_staged, hidden_partials, visible
+from engine_helpers import FAST, KIB, MIB, REPO_ROOT, assert_staged, fingerprint, hidden_partials, outside_target, plant_link, visible
 
 
 def test_truncated_body_is_retried_with_a_range_request(tmp_path, make_shards, shard_server):
@@ -184,3 +185,84 @@ def test_complete_refuses_wrong_bytes_and_publishes_nothing(tmp_path):
         part.complete(sync=True)
     part.discard()
     assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Links planted at the part's and the state's names: that shard fails, naming the link; the others stage
+# ---------------------------------------------------------------------------------------------
+
+def _state_for(shard_server, shard, durable):
+    return json.dumps({"url": shard["url"], "validator": shard_server.blobs["/" + shard["name"]][1], "size": shard["size"],
+                       "durable": durable})
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["fresh", "resumable"])
+def test_a_link_at_the_part_name_fails_that_shard_and_its_target_is_untouched(tmp_path, make_shards, shard_server, with_state):
+    # The issue's reproduction: 153,600 bytes of a file outside dest were replaced by the shard's.
+    shards, contents = make_shards({"a.tar": 150 * KIB, "b.tar": 10 * KIB})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = outside_target(tmp_path, size=150 * KIB)
+    before = fingerprint(target)
+    link = plant_link(dest / ".a.tar.part", target)
+    if with_state:
+        # Without the refusal, a resume would truncate the target to the durable offset and append to it.
+        (dest / ".a.tar.part.state").write_text(_state_for(shard_server, shards[0], 100 * KIB))
+
+    result = stage(shards, str(dest), retries=0, **FAST)
+
+    assert fingerprint(target) == before
+    assert [failure["name"] for failure in result["failed_shards"]] == ["a.tar"]
+    assert "%s is a symbolic link" % link in result["failed_shards"][0]["reason"]
+    assert visible(str(dest)) == ["b.tar"] and result["fetched"] == 1
+    assert os.path.islink(str(link))
+
+
+def test_a_link_at_the_state_name_fails_that_shard_and_its_target_is_untouched(tmp_path, make_shards, shard_server):
+    shards, contents = make_shards({"a.tar": 150 * KIB, "b.tar": 10 * KIB})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = outside_target(tmp_path)
+    target.write_text(_state_for(shard_server, shards[0], 100 * KIB))
+    os.utime(str(target), ns=(10 ** 18, 10 ** 18))
+    before = fingerprint(target)
+    (dest / ".a.tar.part").write_bytes(contents["a.tar"][:100 * KIB])
+    link = plant_link(dest / ".a.tar.part.state", target)
+
+    result = stage(shards, str(dest), retries=0, **FAST)
+
+    assert fingerprint(target) == before
+    assert [failure["name"] for failure in result["failed_shards"]] == ["a.tar"]
+    assert "%s is a symbolic link" % link in result["failed_shards"][0]["reason"]
+    assert visible(str(dest)) == ["b.tar"]
+
+
+def test_a_link_at_the_old_state_temporary_name_is_not_followed(tmp_path, make_shards, shard_server):
+    # Before: a checkpoint wrote .NAME.part.state.tmp, a fixed name, through whatever was there.
+    shards, contents = make_shards({"r.tar": 200 * KIB})
+    shard_server.inject("r.tar", "truncate", after=100 * KIB)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    plant_link(dest / ".r.tar.part.state.tmp", target)
+
+    result = stage(shards, str(dest), retries=0, **FAST)
+
+    assert [failure["name"] for failure in result["failed_shards"]] == ["r.tar"]
+    assert fingerprint(target) == before
+    state = dest / ".r.tar.part.state"
+    assert not os.path.islink(str(state)) and json.loads(state.read_text())["durable"] == 100 * KIB
+
+
+def test_a_hard_link_at_the_part_name_is_refused_before_it_is_truncated(tmp_path):
+    data = os.urandom(KIB)
+    target = outside_target(tmp_path)
+    before = fingerprint(target)
+    os.link(str(target), str(tmp_path / ".a.tar.part"))
+    part = _part(tmp_path, data)
+
+    with pytest.raises(LocalError, match="has 2 hard links"):
+        part.restart(None, len(data))
+
+    assert fingerprint(target) == before
