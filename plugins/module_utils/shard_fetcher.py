@@ -70,6 +70,8 @@ class Transfer(object):
         self.states = frozenset()
         # PeerSources when other nodes of the run hand this one some of its shards; None: everything from the sources.
         self.peers = None
+        # Headers for the sources only, never for peers (e.g. Authorization from url_username / url_password or headers).
+        self.source_headers = {}
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
         self._ssl = None
@@ -246,7 +248,7 @@ class Transfer(object):
             if offset:
                 headers["Range"] = "bytes=%d-" % offset
                 headers["If-Range"] = part.validator
-            response, origin = open_url(shard.url, headers, conns)
+            response, origin = open_url(shard.url, headers, conns, self.source_headers)
             try:
                 total = self._accept(response, part, offset)
                 if total is _RESTART:

@@ -7,14 +7,16 @@ response: that costs more CPU than the rest of a small shard's transfer. This is
 a file needs, over a plain (or TLS) socket.
 """
 
+import base64
 import errno
 import re
 import socket
 import threading
 import time
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import PermanentError, TransientError, describe
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
 
 USER_AGENT = "dlinfra.gpu_cluster-shard_fetch/1"
 _REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+\Z")
@@ -287,22 +289,39 @@ class Connections(object):
             self.drop(origin)
 
 
-def open_url(url, headers, conns):
-    """Send a GET, following redirects; return (response, origin) with the body unread."""
+def basic_authorization(username, password):
+    """The Authorization header value of HTTP Basic authentication (RFC 7617, UTF-8)."""
+    return "Basic " + base64.b64encode(("%s:%s" % (username, password or "")).encode("utf-8")).decode("ascii")
+
+
+def open_url(url, headers, conns, credentials=None):
+    """Send a GET, following redirects; return (response, origin) with the body unread.
+
+    ``credentials`` (headers such as Authorization) and the URL's own user info (as Basic authentication, unless
+    credentials hold an Authorization) go to the URL's origin only: a redirect to another origin drops them, as curl
+    does, so that a store never hands its users' secrets to a host it points at. Messages show the URL redacted.
+    """
     redirects = 0
+    first_origin = None
     while True:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            raise PermanentError("redirected to %s, which is not an http(s) URL" % url)
+            raise PermanentError("redirected to %s, which is not an http(s) URL" % redact_url(url))
         try:
             origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
         except ValueError as exc:
-            raise PermanentError("bad URL %s: %s" % (url, exc))
+            raise PermanentError("bad URL %s: %s" % (redact_url(url), exc))
         target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
         if not parts.hostname or not _REQUEST_TARGET_RE.match(target):
             raise PermanentError("cannot request %s: it needs a host, and a path of printable ASCII without spaces "
-                                 "(percent-encode other characters)" % url)
-        response = _send(conns, origin, target, headers)
+                                 "(percent-encode other characters)" % redact_url(url))
+        if first_origin is None:
+            first_origin = origin
+            secrets = dict(credentials or {})
+            if parts.username is not None and "Authorization" not in secrets:
+                secrets["Authorization"] = basic_authorization(unquote(parts.username), unquote(parts.password or ""))
+        sent = dict(headers, **secrets) if secrets and origin == first_origin else headers
+        response = _send(conns, origin, target, sent)
         location = response.getheader("Location")
         if response.status not in _REDIRECTS or not location:
             return response, origin

@@ -7,6 +7,7 @@ import gc
 import itertools
 import json
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
@@ -163,3 +164,19 @@ def normalize_shards(raw_shards, max_problems=20):
         listed = "; ".join(problems[:max_problems]) + ("; and %d more" % more if more > 0 else "")
         raise StagingError("invalid shard list: %s" % listed)
     return shards
+
+
+def redact_url(url):
+    """url as it may be shown, returned or written: its user info as ``***`` and the value of every query parameter as
+    ``***`` (signed URLs carry their signature there). URLs without either come back unchanged."""
+    if not isinstance(url, str) or ("@" not in url and "?" not in url):
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that cannot be parsed>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(item.partition("=")[0] + ("=***" if "=" in item else "") for item in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

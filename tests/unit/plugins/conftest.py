@@ -85,6 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         server = self.server.shard_server
         entry = {"path": self.path, "range": self.headers.get("Range"), "if_range": self.headers.get("If-Range"),
+                 "authorization": self.headers.get("Authorization"), "host": self.headers.get("Host"),
                  "client": self.client_address[1], "status": None, "sent": 0}
         server.record(entry)
         fault = server.take_fault(self.path)

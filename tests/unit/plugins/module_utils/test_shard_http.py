@@ -15,6 +15,8 @@ import threading
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_fetcher
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import PermanentError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections, basic_authorization, open_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
@@ -201,3 +203,42 @@ def test_https_with_a_verified_certificate(tmp_path, raw_server, monkeypatch):
 
     assert (trusted["fetched"], trusted["failed_shards"]) == (1, [])
     assert staged(dest) == DATA
+
+
+# ---------------------------------------------------------------------------------------------
+# Credentials
+# ---------------------------------------------------------------------------------------------
+
+def test_user_info_in_a_source_url_becomes_basic_authentication(tmp_path, make_shards, shard_server):
+    shards, contents = make_shards({"a.tar": 4096})
+    base = shard_server.base
+    shards[0]["url"] = shards[0]["url"].replace(base, base.replace("http://", "http://reader:s%40cret@"))
+    result = stage(shards, str(tmp_path), **FAST)
+    assert result["fetched"] == 1 and result["failed_shards"] == []
+    (request,) = shard_server.requests("a.tar")
+    assert request["authorization"] == basic_authorization("reader", "s@cret") == "Basic cmVhZGVyOnNAY3JldA=="
+    assert "@" not in request["host"]
+
+
+def test_credentials_go_to_the_source_origin_only_never_across_a_redirect(make_shards, shard_server):
+    make_shards({"a.tar": 10, "b.tar": 10})
+    other_origin = shard_server.url("b.tar").replace("127.0.0.1", "localhost")
+    shard_server.redirect("a.tar", other_origin)
+    conns = Connections(5, None)
+    try:
+        response, _origin = open_url(shard_server.url("a.tar"), {}, conns, {"Authorization": "Bearer t0ken", "X-Api-Key": "k3y"})
+        assert response.status == 200
+        response.read(100)
+    finally:
+        conns.close()
+    first, second = shard_server.requests()
+    assert first["path"] == "/a.tar" and first["authorization"] == "Bearer t0ken"
+    assert second["path"] == "/b.tar" and second["host"].startswith("localhost") and second["authorization"] is None
+
+
+def test_messages_about_a_bad_url_never_show_its_credentials():
+    conns = Connections(5, None)
+    with pytest.raises(PermanentError) as raised:
+        open_url("http://reader:s3cret@store/a b.tar?sig=abc", {}, conns)
+    assert "s3cret" not in str(raised.value) and "abc" not in str(raised.value)
+    assert "http://***@store/a b.tar?sig=***" in str(raised.value)

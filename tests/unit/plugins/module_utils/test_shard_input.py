@@ -77,3 +77,15 @@ def test_shards_file_accepts_a_list_or_an_object(tmp_path):
     assert shard_input.load_shards_file(str(tmp_path / "object.json")) == shards
     with pytest.raises(StagingError, match="cannot read shards_file"):
         shard_input.load_shards_file(str(tmp_path / "absent.json"))
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://store/yt8m/a.tar", "http://store/yt8m/a.tar"),
+    ("https://reader:s3cret@store:8443/a.tar", "https://***@store:8443/a.tar"),
+    ("https://token@store/a.tar", "https://***@store/a.tar"),
+    ("https://bucket.s3/a.tar?X-Amz-Credential=AK%2F1&X-Amz-Signature=f00d&flag", "https://bucket.s3/a.tar?X-Amz-Credential=***&X-Amz-Signature=***&flag"),
+    ("http://u:p@[::1]:80/a.tar?sig=1", "http://***@[::1]:80/a.tar?sig=***"),
+    ("file:///data/a.tar", "file:///data/a.tar"),
+])
+def test_redact_url_hides_user_info_and_query_values(url, shown):
+    assert shard_input.redact_url(url) == shown
