@@ -248,14 +248,23 @@ class ActionModule(ActionBase):
         return result
 
     def _room(self, hostvars):
-        """{dataset: {free_bytes, held_bytes, total_bytes}} of one target, its reserve taken off; {} if it never reported."""
+        """{dataset: {free_bytes, held_bytes, total_bytes[, ours_bytes]}} of one target, its reserve taken off; {} if it
+        never reported."""
         room = hostvars.get(self.ROOM_VAR) or {}
         reserve = int(room.get("reserve_bytes") or 0)
-        return {
-            result["item"]["name"]: {"free_bytes": max(0, result["free_bytes"] - reserve), "held_bytes": result["held_bytes"],
-                                     "total_bytes": result["total_bytes"]}
-            for result in room.get("results", []) if "free_bytes" in result
-        }
+        return {result["item"]["name"]: self._less_reserve(result, reserve) for result in room.get("results", []) if "free_bytes" in result}
+
+    @staticmethod
+    def _less_reserve(result, reserve):
+        """One shard_space result with ``reserve`` taken off. The planner weighs a node by free + ours (shard_space's
+        ours_bytes), which a killed staging run cannot change; so is the reserve: the part that free (which the run did
+        lower) cannot cover comes off ours, and free + ours is max(0, free + ours - reserve) however far a run got.
+        A report without ours_bytes (an older shard_space) is planned on free + held as before."""
+        free = int(result["free_bytes"])
+        info = {"free_bytes": max(0, free - reserve), "held_bytes": result["held_bytes"], "total_bytes": result["total_bytes"]}
+        if result.get("ours_bytes") is not None:
+            info["ours_bytes"] = max(0, int(result["ours_bytes"]) - max(0, reserve - free))
+        return info
 
     def _plan_one(self, dataset, space, plan_dir, timeout):
         name = dataset["name"]

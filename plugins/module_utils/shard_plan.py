@@ -324,21 +324,33 @@ def shard_records(urls, index=None):
 
 
 def node_capacity(host, info, headroom):
-    """Bytes ``host`` can give this dataset: free + already held by it, less ``headroom`` of the filesystem size.
+    """Bytes ``host`` can give this dataset: free + what the dataset's directory already takes, less ``headroom`` of the
+    filesystem size.
 
-    ``info`` holds ``free_bytes``, optional ``held_bytes`` and optional ``total_bytes`` (the filesystem size; without it
-    the headroom is taken from free + held).
+    ``info`` holds ``free_bytes``, optional ``ours_bytes`` (all that dest takes up, as shard_space measures it),
+    optional ``held_bytes`` (the journaled shards' bytes, used only where ``ours_bytes`` is missing) and optional
+    ``total_bytes`` (the filesystem size; without it the headroom is taken from the available bytes).
+
+    free + ours is what an interrupted staging run cannot change: each block a partial file or a shard not yet in the
+    journal takes from free is in ours. free + held was not (those blocks were in neither), so a node's weight fell
+    with how far a killed run had got, and the re-run's plan moved shards.
     """
-    if not isinstance(info, dict):
-        raise ShardPlanError(f"node {host!r}: capacity info must be a mapping with 'free_bytes', got {info!r}")
-    free = _byte_count(info.get("free_bytes"), f"node {host!r} free_bytes", "the free bytes of the filesystem holding dest")
-    held = _byte_count(info.get("held_bytes", 0), f"node {host!r} held_bytes", "the bytes of this dataset already on the node")
+    available = node_room(host, info)
     total = info.get("total_bytes")
-    available = free + held
     if total is not None:
         total = _byte_count(total, f"node {host!r} total_bytes", "the size of the filesystem holding dest")
     reserve = math.ceil(headroom * (total if total else available))
     return max(0, available - reserve)
+
+
+def node_room(host, info):
+    """free_bytes + ours_bytes of one node's report (free_bytes + held_bytes where it has no ours_bytes), checked."""
+    if not isinstance(info, dict):
+        raise ShardPlanError(f"node {host!r}: capacity info must be a mapping with 'free_bytes', got {info!r}")
+    free = _byte_count(info.get("free_bytes"), f"node {host!r} free_bytes", "the free bytes of the filesystem holding dest")
+    if info.get("ours_bytes") is not None:
+        return free + _byte_count(info["ours_bytes"], f"node {host!r} ours_bytes", "the bytes dest takes up on the node")
+    return free + _byte_count(info.get("held_bytes", 0), f"node {host!r} held_bytes", "the bytes of this dataset already on the node")
 
 
 def node_weight(capacity):
@@ -576,7 +588,8 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
 
     ``dataset``: {"name", "mode" (auto|replicate|partition, default auto), "replicas" (default 1), "headroom" (default 0.05)}.
     ``shards``: [{"name", "url", "size", "sha256"}], e.g. from ``shard_records``; every size must be known.
-    ``nodes``: {host: {"free_bytes", "held_bytes" (optional), "total_bytes" (optional)}}, see ``node_capacity``.
+    ``nodes``: {host: {"free_bytes", "ours_bytes" (optional), "held_bytes" (optional), "total_bytes" (optional)}}, see
+    ``node_capacity``.
     ``previous``: the plan this function returned last time, to report what moves.
     Returns a JSON-serialisable plan (see the keys below) whose "summary" is one line for check mode.
     """
@@ -631,7 +644,7 @@ def make_plan(dataset, shards, nodes, previous=None, use_numpy=None):
             "weight": node_weight(capacities[host]),
             "shards": held[host][0],
             "bytes": held[host][1],
-            "free_after": nodes[host]["free_bytes"] + nodes[host].get("held_bytes", 0) - held[host][1],
+            "free_after": node_room(host, nodes[host]) - held[host][1],
             "streamed_shards": streamed[host][0],
             "streamed_bytes": streamed[host][1],
         }

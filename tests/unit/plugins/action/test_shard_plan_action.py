@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import learn_shards, plan_dataset, probe_size, write_list
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import (
+    ActionModule, learn_shards, plan_dataset, probe_size, write_list)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
     ShardPlanError, node_shards, node_streamed, peer_roles)
 
@@ -88,6 +89,23 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
         assert {json.loads(pathlib.Path(path).read_text())["node"] for path in planned["peer_lists"].values()} == set(nodes)
     assert planned["changed"] is True
     assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
+
+
+@pytest.mark.parametrize("free, ours, reserve, expected", [
+    (1000, 300, 200, {"free_bytes": 800, "ours_bytes": 300}),
+    (100, 300, 200, {"free_bytes": 0, "ours_bytes": 200}),  # free cannot cover the reserve: the rest comes off ours
+    (100, 50, 200, {"free_bytes": 0, "ours_bytes": 0}),
+    (1000, None, 200, {"free_bytes": 800}),  # an older shard_space: free + held as before
+])
+def test_the_reserve_comes_off_free_plus_ours_whatever_a_run_left(free, ours, reserve, expected):
+    result = {"free_bytes": free, "held_bytes": 40, "total_bytes": 10 ** 6}
+    if ours is not None:
+        result["ours_bytes"] = ours
+    assert ActionModule._less_reserve(result, reserve) == dict(expected, held_bytes=40, total_bytes=10 ** 6)
+    if ours is not None:
+        # A run that moved 60 bytes from free into dest leaves the sum the planner weighs alone.
+        moved = ActionModule._less_reserve(dict(result, free_bytes=free - 60, ours_bytes=ours + 60), reserve)
+        assert moved["free_bytes"] + moved["ours_bytes"] == expected["free_bytes"] + expected["ours_bytes"]
 
 
 PLAYBOOK = """

@@ -248,6 +248,10 @@ def test_shard_records_join_urls_with_the_index():
         ({"free_bytes": 1000, "held_bytes": 500, "total_bytes": 4000}, 0.1, 1100),
         ({"free_bytes": 100, "total_bytes": 4000}, 0.1, 0),
         ({"free_bytes": 999}, 0.001, 998),  # the reserve rounds up
+        # ours_bytes (all that dest takes up) replaces held_bytes where a node reports it.
+        ({"free_bytes": 1000, "held_bytes": 500, "ours_bytes": 800}, 0.1, 1620),
+        ({"free_bytes": 1000, "held_bytes": 500, "ours_bytes": 800, "total_bytes": 4000}, 0.1, 1400),
+        ({"free_bytes": 1000, "held_bytes": 500, "ours_bytes": None}, 0.1, 1350),
     ],
 )
 def test_node_capacity_counts_held_bytes_and_keeps_headroom(info, headroom, capacity):
@@ -262,6 +266,7 @@ def test_node_capacity_counts_held_bytes_and_keeps_headroom(info, headroom, capa
         ({"free_bytes": 1.5}, "node 'gpu1' free_bytes is 1.5"),
         ({"free_bytes": True}, "node 'gpu1' free_bytes is True"),
         ({"free_bytes": 1, "held_bytes": "2"}, "node 'gpu1' held_bytes is '2'"),
+        ({"free_bytes": 1, "ours_bytes": -2}, "node 'gpu1' ours_bytes is -2"),
         ({"free_bytes": 1, "total_bytes": -5}, "node 'gpu1' total_bytes is -5"),
         ("lots", "node 'gpu1': capacity info must be a mapping"),
     ],
@@ -269,6 +274,18 @@ def test_node_capacity_counts_held_bytes_and_keeps_headroom(info, headroom, capa
 def test_node_capacity_rejects_bad_figures_naming_the_host(info, message):
     with pytest.raises(ShardPlanError, match=re.escape(message)):
         node_capacity("gpu1", info, 0.05)
+
+
+def test_a_run_that_got_further_plans_the_same_on_free_plus_ours():
+    # Node a before a run, then after a killed run left 3000 bytes of unjournaled shards and partial files: free fell
+    # by 3000, the journal did not grow, and what dest takes up grew by 3000.
+    shards = [{"name": "s-%03d.tar" % i, "url": "http://s/s-%03d.tar" % i, "size": 100, "sha256": None} for i in range(200)]
+    before = {"a": {"free_bytes": 12000, "held_bytes": 0, "ours_bytes": 0}, "b": {"free_bytes": 12000, "held_bytes": 0, "ours_bytes": 0}}
+    after = {"a": {"free_bytes": 9000, "held_bytes": 0, "ours_bytes": 3000}, "b": before["b"]}
+    settings = {"name": "ds", "mode": "partition", "headroom": 0.0}
+    assert make_plan(settings, shards, after)["assignment"] == make_plan(settings, shards, before)["assignment"]
+    held_only = {host: {"free_bytes": info["free_bytes"], "held_bytes": 0} for host, info in after.items()}
+    assert make_plan(settings, shards, held_only)["assignment"] != make_plan(settings, shards, before)["assignment"]
 
 
 @pytest.mark.parametrize(
