@@ -72,6 +72,8 @@ class Transfer(object):
         self.peers = None
         # Headers for the sources only, never for peers (e.g. Authorization from url_username / url_password or headers).
         self.source_headers = {}
+        # A CA bundle (PEM file) that verifies the stores' certificates instead of the system's; None: the system's.
+        self.ca_file = None
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
         self._ssl = None
@@ -79,7 +81,7 @@ class Transfer(object):
     def ssl_context(self):
         with self._ssl_lock:
             if self._ssl is None:
-                self._ssl = ssl.create_default_context()
+                self._ssl = ssl.create_default_context(cafile=self.ca_file)
             return self._ssl
 
     def _buffer(self):
@@ -197,7 +199,7 @@ class Transfer(object):
         url = base + shard_path(shard.name)
         try:
             response, origin = open_url(url, dict(peers.headers(), **{"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}),
-                                        conns)
+                                        conns, direct=True)
         except (TransientError, PermanentError, OSError) as exc:
             if peers.unreachable(peer, describe(exc)) and peers.may_wait(shard.name):
                 return Outcome("deferred", shard)

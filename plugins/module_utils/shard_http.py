@@ -11,12 +11,14 @@ import base64
 import errno
 import re
 import socket
+import ssl
 import threading
 import time
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import PermanentError, TransientError, describe
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies
 
 USER_AGENT = "dlinfra.gpu_cluster-shard_fetch/1"
 _REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+\Z")
@@ -147,14 +149,17 @@ class HttpConnection(object):
     MAX_HEAD = 64 * 1024
     RECEIVE = 64 * 1024
 
-    def __init__(self, scheme, host, port, timeout, ssl_context):
+    def __init__(self, scheme, host, port, timeout, ssl_context, proxy=None):
         self.scheme = scheme
         self.host = host
         self.port = port
         self.timeout = timeout
         self.ssl_context = ssl_context
+        # A shard_proxy.Proxy: plain HTTP is sent to it in absolute form, HTTPS goes through a CONNECT tunnel.
+        self.proxy = proxy
         name = "[%s]" % host if ":" in host else host
-        self.host_header = name if port == (443 if scheme == "https" else 80) else "%s:%d" % (name, port)
+        self.authority = "%s:%d" % (name, port)
+        self.host_header = name if port == (443 if scheme == "https" else 80) else self.authority
         self.sock = None
         self.pending = b""            # received bytes not handed out yet
 
@@ -166,18 +171,52 @@ class HttpConnection(object):
 
     def request(self, target, headers):
         if self.sock is None:
-            sock = socket.create_connection((self.host, self.port), self.timeout)
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self.scheme == "https":
-                    sock = self.ssl_context().wrap_socket(sock, server_hostname=self.host)
-            except BaseException:
-                sock.close()
-                raise
-            self.sock = sock
+            self._connect()
         lines = ["GET %s HTTP/1.1" % target, "Host: " + self.host_header]
+        if self.proxy is not None and self.scheme == "http":
+            lines[0] = "GET http://%s%s HTTP/1.1" % (self.authority, target)
+            if self.proxy.authorization:
+                lines.append("Proxy-Authorization: " + self.proxy.authorization)
         lines.extend("%s: %s" % item for item in headers.items())
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+    def _connect(self):
+        proxy = self.proxy
+        sock = socket.create_connection((proxy.host, proxy.port) if proxy else (self.host, self.port), self.timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.scheme == "https":
+                if proxy is not None:
+                    self.sock = sock
+                    self._tunnel()
+                    self.sock = None
+                try:
+                    sock = self.ssl_context().wrap_socket(sock, server_hostname=self.host)
+                except ssl.SSLCertVerificationError as exc:
+                    raise PermanentError("the TLS certificate of %s could not be verified (%s); if the store uses a private CA, give its "
+                                         "certificate as ca_file" % (self.host, exc.verify_message or exc.reason))
+        except BaseException:
+            self.sock = None
+            sock.close()
+            raise
+        self.sock = sock
+
+    def _tunnel(self):
+        """Ask the proxy for a tunnel to host:port (HTTP CONNECT) on the socket just opened to it."""
+        lines = ["CONNECT %s HTTP/1.1" % self.authority, "Host: " + self.authority]
+        if self.proxy.authorization:
+            lines.append("Proxy-Authorization: " + self.proxy.authorization)
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        status_line = self._read_head().decode("latin-1").split("\r\n", 1)[0]
+        parts = status_line.split(" ", 2)
+        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        if status != 200:
+            message = "the proxy %s answered %r to CONNECT %s" % (self.proxy.url, status_line[:80], self.authority)
+            if status >= 500 or status == 0:
+                raise TransientError(message)
+            raise PermanentError(message + ("; give the proxy's user and password in its URL" if status == 407 else ""))
+        if self.pending:
+            raise TransientError("the proxy %s sent data before the tunnel to %s was set up" % (self.proxy.url, self.authority))
 
     def getresponse(self):
         while True:
@@ -260,18 +299,22 @@ class HttpConnection(object):
 
 
 class Connections(object):
-    """One worker's keep-alive HTTP/1.1 connections, one per origin."""
+    """One worker's keep-alive HTTP/1.1 connections, one per origin (scheme, host, port, direct), each through the proxy
+    ``proxies`` names for it unless direct (peers are reached directly). proxies None: the environment's (shard_proxy)."""
 
-    def __init__(self, timeout, ssl_context):
+    def __init__(self, timeout, ssl_context, proxies=None):
         self.timeout = timeout
         self.ssl_context = ssl_context
+        self.proxies = Proxies() if proxies is None else proxies
         self.open = {}
 
     def get(self, origin):
         conn = self.open.get(origin)
         if conn is not None:
             return conn, True
-        conn = self.open[origin] = HttpConnection(origin[0], origin[1], origin[2], self.timeout, self.ssl_context)
+        scheme, host, port, direct = origin
+        proxy = None if direct else self.proxies.for_origin(scheme, host)
+        conn = self.open[origin] = HttpConnection(scheme, host, port, self.timeout, self.ssl_context, proxy)
         return conn, False
 
     def drop(self, origin):
@@ -294,12 +337,13 @@ def basic_authorization(username, password):
     return "Basic " + base64.b64encode(("%s:%s" % (username, password or "")).encode("utf-8")).decode("ascii")
 
 
-def open_url(url, headers, conns, credentials=None):
+def open_url(url, headers, conns, credentials=None, direct=False):
     """Send a GET, following redirects; return (response, origin) with the body unread.
 
     ``credentials`` (headers such as Authorization) and the URL's own user info (as Basic authentication, unless
     credentials hold an Authorization) go to the URL's origin only: a redirect to another origin drops them, as curl
     does, so that a store never hands its users' secrets to a host it points at. Messages show the URL redacted.
+    ``direct``: never through a proxy (the other nodes of a peer-assisted run).
     """
     redirects = 0
     first_origin = None
@@ -308,7 +352,7 @@ def open_url(url, headers, conns, credentials=None):
         if parts.scheme not in ("http", "https"):
             raise PermanentError("redirected to %s, which is not an http(s) URL" % redact_url(url))
         try:
-            origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+            origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), direct)
         except ValueError as exc:
             raise PermanentError("bad URL %s: %s" % (redact_url(url), exc))
         target = (parts.path or "/") + ("?" + parts.query if parts.query else "")
