@@ -257,6 +257,8 @@ class PeerSources(object):
         self.bad = []
         self.from_peers = {}
         self.waiting_since = {}
+        # Per peer, the shards that waited ``wait`` seconds for it and then came from their source instead.
+        self.waited_out = {}
         self.answered_once = set()
         self._lock = threading.Lock()
 
@@ -274,10 +276,19 @@ class PeerSources(object):
         return {"Authorization": "Bearer " + self.token}
 
     def may_wait(self, name):
-        """Whether the shard may still wait for its peer (for at most ``wait`` seconds since it was first put off)."""
+        """Whether the shard may still wait for its peer (for at most ``wait`` seconds since it was first put off); when
+        it may not, the first time, the shard is counted in ``waited_out`` under its peer."""
         now = time.monotonic()
         with self._lock:
-            return now - self.waiting_since.setdefault(name, now) < self.wait
+            since = self.waiting_since.setdefault(name, now)
+            if since is None:
+                return False
+            if now - since < self.wait:
+                return True
+            self.waiting_since[name] = None  # counted once, never waited for again
+            peer = self.sources.get(name)
+            self.waited_out[peer] = self.waited_out.get(peer, 0) + 1
+            return False
 
     def answered(self, peer):
         with self._lock:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
@@ -303,3 +303,17 @@ def test_a_node_done_before_its_peer_started_still_tells_it(tmp_path, make_shard
     first.join(30)
     assert results["n2"]["peers"]["not_done"] == []
     assert time.monotonic() - started < 10  # not the 20 s linger
+
+
+def test_a_shard_that_waited_out_its_peer_is_counted_under_that_peer(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    sources = PeerSources(TOKEN, {"gpu1": "http://gpu1:8473"}, {"a.tar": "gpu1", "b.tar": "gpu1"}, wait=10.0)
+    assert sources.may_wait("a.tar") and sources.may_wait("b.tar")
+    clock[0] += 9.9
+    assert sources.may_wait("a.tar") and sources.waited_out == {}
+    clock[0] += 0.2
+    assert not sources.may_wait("a.tar") and not sources.may_wait("a.tar")  # counted once
+    assert sources.waited_out == {"gpu1": 1}
+    assert not sources.may_wait("b.tar")
+    assert sources.waited_out == {"gpu1": 2}
