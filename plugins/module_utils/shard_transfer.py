@@ -32,6 +32,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import cyclic_gc_paused, load_shards_file, normalize_shards
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
 
 MIB = 1 << 20
 VERIFY_CHOICES = ("quick", "full")
@@ -91,6 +92,11 @@ class _Run(object):
                                  settings["bandwidth_limit"], settings["buffer_size"], settings["checkpoint_bytes"], self.check_mode)
         # Peer-assisted staging (see shard_peer): the server hands this node's staged shards to the other nodes.
         self.server = None
+        # The progress file (see shard_progress), from the first transfer to the end of the run; what each worker is on.
+        self.progress = None
+        self.active = []
+        self.partials = {}
+        self.needed = 0
 
     # -- preparation -----------------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class _Run(object):
                 % (self.dest, count, needed, _human(needed), free, _human(free), needed - free, _human(needed - free)))
         if unknown:
             self.warnings.append("%d shards have no size; the free-space check could not count them" % unknown)
+        self.needed = needed
         return needed
 
     # -- transfers -------------------------------------------------------------------------------
@@ -191,13 +198,27 @@ class _Run(object):
             return
         started = time.monotonic()
         group = self._group_commit()
+        progress = self.progress = self._start_progress()
         try:
             self._run_workers(tasks, group)
         finally:
             if group is not None:
                 group.close()
                 self.transfer.group_commit_bytes = -1
+            if progress is not None:
+                # What a poller sees while the run prunes, saves its journal and serves its peers: the final numbers.
+                progress.write(self.counts, self.failed, "finishing")
+                self.warnings.extend([progress.error] if progress.error else [])
         self.fetch_seconds = time.monotonic() - started
+
+    def _start_progress(self):
+        if self.settings["progress_interval"] is None or self.check_mode:
+            return None
+        progress = Progress(os.path.join(self.dest, PROGRESS_NAME), self.settings["progress_interval"],
+                            self.settings["progress_id"], len(self.shards), self.needed,
+                            lambda: in_flight_bytes(self.dest, self.active, self.partials))
+        progress.write(self.counts, self.failed)
+        return progress
 
     def _group_commit(self):
         """A GroupCommit for this run's small shards, or None: every shard is then fsynced on its own."""
@@ -218,14 +239,16 @@ class _Run(object):
         done, wake = collections.deque(), threading.Event()
         count = min(self.settings["concurrency"], len(tasks))
         source_workers = count if peers is None else max(1, count // 4)
-        workers = [threading.Thread(target=self._work, args=(todo, done, wake, index < source_workers), name="shard-fetch-%d" % index,
-                                    daemon=True)
+        self.active = [None] * count
+        workers = [threading.Thread(target=self._work, args=(todo, done, wake, index < source_workers, index),
+                                    name="shard-fetch-%d" % index, daemon=True)
                    for index in range(count)]
         for worker in workers:
             worker.start()
         interval = self.settings["journal_interval"]
         tick = self.settings["commit_interval"]
         next_save = time.monotonic() + interval
+        progress = self.progress
         remaining = len(tasks)
         while remaining or (group is not None and group.pending):
             if remaining:
@@ -242,13 +265,16 @@ class _Run(object):
             if group is not None and group.due(finished=not remaining):
                 for committed in group.commit():
                     self._apply(committed)
-            if not self.check_mode and self.journal.dirty and time.monotonic() >= next_save:
+            now = time.monotonic()
+            if not self.check_mode and self.journal.dirty and now >= next_save:
                 self._save_journal(during_run=True)
                 next_save = time.monotonic() + interval
+            if progress is not None and progress.due(now):
+                progress.write(self.counts, self.failed)
         for worker in workers:
             worker.join()
 
-    def _work(self, todo, done, wake, source_first):
+    def _work(self, todo, done, wake, source_first, index):
         transfer = self.transfer
         conns = transfer._local.conns = Connections(self.settings["timeout"], transfer.ssl_context)
         try:
@@ -257,11 +283,13 @@ class _Run(object):
                 if task is None:
                     return
                 shard, expected = task
+                self.active[index] = shard
                 try:
                     outcome = transfer.process(shard, expected, conns)
                 except Exception as exc:  # pylint: disable=broad-except
                     # A bug must cost one shard, not hang the run waiting for its outcome.
                     outcome = transfer.failure(shard, "internal error: %r" % exc)
+                self.active[index] = None
                 if outcome.kind == "deferred":
                     todo.defer(task)
                 else:
@@ -410,7 +438,8 @@ class _Run(object):
 
 def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
-          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None):
+          checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None,
+          progress_interval=5.0, progress_id=None):
     """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
 
     Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
@@ -421,18 +450,24 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
 
     ``peer`` (peer-assisted staging, see shard_peer and _peer_settings) lets this node take some shards from the other
     nodes of the run and serve its own to them; it is ignored in check mode.
+
+    While shards are transferred, a progress file in dest (see shard_progress) that carries progress_id is rewritten at
+    most every progress_interval seconds (None: never) and removed when the run ends.
     """
     started = time.monotonic()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
                     group_commit_bytes, commit_interval)
+    if progress_interval is not None and not progress_interval > 0:
+        raise StagingError("progress_interval must be a positive number of seconds (or unset), got %r" % (progress_interval,))
     dest = os.path.abspath(dest)
     journal_path = os.path.abspath(journal) if journal else os.path.join(dest, JOURNAL_NAME)
     settings = dict(concurrency=concurrency, retries=retries, timeout=timeout, bandwidth_limit=bandwidth_limit,
                     check_mode=check_mode, backoff=backoff, backoff_max=backoff_max, journal_interval=journal_interval,
                     checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit,
-                    group_commit_bytes=group_commit_bytes, commit_interval=commit_interval)
+                    group_commit_bytes=group_commit_bytes, commit_interval=commit_interval, progress_interval=progress_interval,
+                    progress_id=progress_id)
     lock = None if check_mode else DirectoryLock(dest)
-    scan = None
+    scan = run = None
     try:
         # Where dest already exists, its scan starts first (under the lock) so its workers overlap the validation.
         if check_mode or lock.acquire(if_possible=True):
@@ -448,6 +483,8 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
             scan = DirectoryScan(dest, 1)
         return _stage_locked(run, scan, verify, prune, started)
     finally:
+        if run is not None and run.progress is not None:
+            run.progress.remove()
         if scan is not None:
             scan.close()
         if lock is not None:
@@ -488,7 +525,10 @@ def _stage_serving(run, scan, verify, prune, started):
     with cyclic_gc_paused():
         run.load_journal()
         files, states = scan.collect()
-        partials = run.partial_sizes(files)
+        if PROGRESS_NAME in files and not run.check_mode:
+            # Left by a run that was killed (this one holds the lock): it must not pass for this run's progress.
+            unlink_quietly(os.path.join(run.dest, PROGRESS_NAME))
+        partials = run.partials = run.partial_sizes(files)
         run.transfer.states = frozenset(states)
         tasks = run.plan(files, verify)
     run.check_space(tasks, partials)

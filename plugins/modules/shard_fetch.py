@@ -20,7 +20,8 @@ description:
   - A journal in O(dest) records every staged shard (size, mtime, sha256, source validator). A re-run
     confirms staged shards from one directory scan without reading them, and O(prune) only ever removes
     shards that this module staged.
-  - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal) and C(.shard_fetch.lock) in O(dest) belong to this module.
+  - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal), C(.shard_fetch.lock) and C(.shard_fetch.progress) in O(dest)
+    belong to this module.
   - One failing shard does not stop the others; the task fails at the end listing every failed shard
     with its URL and the reason. Unusable O(dest) and too little free space fail before anything is fetched.
 version_added: 0.1.0
@@ -179,6 +180,18 @@ options:
       - At most this many names are returned in RV(fetched_names) and RV(removed_names).
     type: int
     default: 20
+  progress_interval:
+    description:
+      - While shards are transferred, the module rewrites a small JSON file C(.shard_fetch.progress) in O(dest) at most this
+        often (seconds): shards and bytes done of this run's total, the current rate and the counts so far. It is removed when
+        the run ends; P(dlinfra.gpu_cluster.shard_fetch_wait#module) shows it while it waits.
+    type: float
+    default: 5
+  progress_id:
+    description:
+      - An id for this run, written into the progress file so that the poller that started the run knows it is this run's
+        (and not a file a killed run left behind).
+    type: str
 notes:
   - Runs on the managed node with the Python standard library only.
   - O(verify=quick) does not notice a staged shard whose bytes were changed in place without a change of
@@ -390,6 +403,8 @@ def main():
             prune=dict(type="bool", default=False),
             journal=dict(type="path"),
             report_limit=dict(type="int", default=20),
+            progress_interval=dict(type="float", default=5.0),
+            progress_id=dict(type="str"),
         ),
         mutually_exclusive=[("shards", "shards_file", "shards_src")],
         required_one_of=[("shards", "shards_file", "shards_src")],
@@ -418,6 +433,7 @@ def main():
             shards, params["dest"], concurrency=params["concurrency"], retries=params["retries"], timeout=params["timeout"],
             bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
             check_mode=module.check_mode, report_limit=params["report_limit"], peer=peer,
+            progress_interval=params["progress_interval"], progress_id=params["progress_id"],
         )
     except StagingError as exc:
         module.fail_json(msg="%s" % exc, changed=False)
