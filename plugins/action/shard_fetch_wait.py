@@ -1,15 +1,221 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for a node's async shard_fetch job and return its result: async_status polled here, so that a run of hours
-prints one line per node when it ends instead of a "retrying" line per node every few seconds."""
+prints no "retrying" line per node every few seconds. Instead, every progress_interval seconds, it reads the progress
+file the engine keeps in dest (see module_utils/shard_progress) and prints one line for the node, and, once per interval
+for all the nodes, a cluster-wide total; at the end a summary line per node.
 
+The nodes' waits run in separate worker processes (forks), so the total is built from files: each wait posts its node's
+latest progress into a directory on the controller named after the run's progress id, and the first wait whose turn it
+is (a time stamp under a lock) prints the total. Whatever number of forks watches whichever nodes, one total is printed
+per interval, and the last node to finish removes the directory."""
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 import time
+from urllib.parse import quote
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, parse_progress
+
+display = Display()
 
 # async bookkeeping that is not part of what the fetch reported
 _BOOKKEEPING = ("ansible_job_id", "results_file", "started", "finished", "erased", "stdout", "stderr", "stdout_lines", "stderr_lines")
+_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+
+
+# -- formatting ------------------------------------------------------------------------------------
+
+def human_bytes(count):
+    """1234567 -> '1.2 MB' (decimal units, as disks and links are sold)."""
+    value = float(count or 0)
+    for unit in _UNITS:
+        if abs(value) < 1000 or unit == _UNITS[-1]:
+            return "%d B" % value if unit == "B" else "%.1f %s" % (value, unit)
+        value /= 1000
+    return "%d B" % count  # pragma: no cover
+
+
+def human_duration(seconds):
+    """Seconds as the two largest units: '45s', '3m 20s', '2h 10m', '3d 4h'."""
+    seconds = int(round(max(0, seconds)))
+    if seconds < 60:
+        return "%ds" % seconds
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return "%dm %02ds" % (minutes, seconds)
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return "%dh %02dm" % (hours, minutes)
+    days, hours = divmod(hours, 24)
+    return "%dd %dh" % (days, hours)
+
+
+def eta_seconds(progress):
+    """Seconds until the bytes still to come are in at the current rate; 0 when all are in; None when it cannot be told."""
+    left = progress.get("bytes_total", 0) - progress.get("bytes_done", 0)
+    if left <= 0:
+        return 0 if progress.get("bytes_total") or progress.get("shards_done", 0) >= progress.get("shards_total", 0) else None
+    rate = progress.get("rate") or 0
+    return left / rate if rate > 0 else None
+
+
+def _amounts(progress):
+    parts = ["{0:,}/{1:,} shards".format(progress.get("shards_done", 0), progress.get("shards_total", 0))]
+    if progress.get("bytes_total"):
+        parts.append("%s/%s" % (human_bytes(progress.get("bytes_done")), human_bytes(progress["bytes_total"])))
+    else:
+        parts.append(human_bytes(progress.get("bytes_done")))
+    return parts
+
+
+def _name(who, label):
+    return "%s %s" % (who, label) if label else who
+
+
+def progress_line(host, label, progress):
+    """'gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m' (and ', 3 failed' when some did)."""
+    parts = _amounts(progress)
+    if progress.get("phase") == "finishing":
+        parts.append("transfers done, finishing")
+    else:
+        eta = eta_seconds(progress)
+        parts.append("%s/s" % human_bytes(progress.get("rate")))
+        parts.append("ETA %s" % (human_duration(eta) if eta is not None else "unknown"))
+    if progress.get("failed"):
+        parts.append("{0:,} failed".format(progress["failed"]))
+    return "%s: %s" % (_name(host, label), ", ".join(parts))
+
+
+def total_line(label, entries, hosts):
+    """The cluster-wide line from every node's latest progress (entries: host -> progress, 'done' when its fetch ended)."""
+    running = [progress for progress in entries.values() if not progress.get("done")]
+    total = dict(shards_done=0, shards_total=0, bytes_done=0, bytes_total=0)
+    for progress in entries.values():
+        for key in total:
+            total[key] += progress.get(key, 0) or 0
+    parts = _amounts(total)
+    parts.append("%s/s" % human_bytes(sum(progress.get("rate") or 0 for progress in running)))
+    etas = [eta_seconds(progress) for progress in running]
+    known = [eta for eta in etas if eta is not None]
+    # The cluster is done when its slowest node is.
+    parts.append("ETA %s" % (human_duration(max(known)) if known and len(known) == len(etas) else "unknown"))
+    failed = sum(progress.get("failed", 0) or 0 for progress in entries.values())
+    if failed:
+        parts.append("{0:,} failed".format(failed))
+    done = len(entries) - len(running)
+    heard = "%d of %d nodes" % (len(entries), hosts) if len(entries) < hosts else "%d nodes" % hosts
+    return "%s: %s (%s reporting, %d done)" % (_name("all", label), ", ".join(parts), heard, done)
+
+
+def summary_line(host, label, result):
+    """'gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 9.8 TB at 1.1 GB/s'."""
+    if "fetched" not in result:
+        return None
+    counts = "{0:,} fetched ({1:,} resumed), {2:,} confirmed, {3:,} removed, {4:,} failed".format(
+        result.get("fetched", 0), result.get("resumed", 0), result.get("confirmed", 0), result.get("removed", 0),
+        len(result.get("failed_shards") or []))
+    return "%s: done in %s, %s, %s at %s/s" % (_name(host, label), human_duration(result.get("elapsed", 0)), counts,
+                                               human_bytes(result.get("fetched_bytes", 0)), human_bytes(result.get("throughput", 0)))
+
+
+def final_progress(last, result):
+    """What the board keeps for a node whose fetch has ended: its result's counts, the byte total it last reported."""
+    last = last or {}
+    fetched_bytes = result.get("fetched_bytes", last.get("bytes_done", 0)) or 0
+    return dict(done=True, rate=0, bytes_done=fetched_bytes, bytes_total=max(last.get("bytes_total", 0) or 0, fetched_bytes),
+                shards_done=result.get("fetched", 0) + result.get("confirmed", 0) if "fetched" in result else last.get("shards_done", 0),
+                shards_total=result.get("total", last.get("shards_total", 0)), failed=len(result.get("failed_shards") or []))
+
+
+# -- waiting ---------------------------------------------------------------------------------------
+
+def wait_for(status, show, poll, interval, timeout, clock=time.monotonic, sleep=time.sleep):
+    """Call status() every poll seconds until it says the job finished (or failed) and return what it said; call show()
+    every interval seconds (None: never) meanwhile. Raises AnsibleActionFail after timeout seconds."""
+    start = clock()
+    deadline = start + timeout
+    next_status = start
+    next_show = start + interval if interval else float("inf")
+    while True:
+        if clock() >= next_status:
+            state = status()
+            if state.get("finished") or state.get("failed"):
+                return state
+            next_status = clock() + poll
+        if clock() >= next_show:
+            show()
+            while next_show <= clock():
+                next_show += interval
+        now = clock()
+        if now >= deadline:
+            raise AnsibleActionFail("the fetch did not finish within %d s (shard_staging_fetch_time_limit); it goes on in the "
+                                    "background on the node, and a re-run picks up what it staged" % timeout)
+        sleep(max(0.0, min(next_status, next_show, deadline) - now))
+
+
+class Board(object):
+    """The controller-side directory where each node's wait posts its latest progress, for the cluster-wide total."""
+
+    def __init__(self, run_id, hosts, root=None):
+        root = root or os.path.join(tempfile.gettempdir(), "dlinfra-shard-fetch-wait-%d" % os.getuid())
+        self.directory = os.path.join(root, hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:24])
+        self.hosts = sorted(set(hosts))
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+
+    def _path(self, host):
+        return os.path.join(self.directory, quote(host, safe="") + ".json")
+
+    def post(self, host, progress):
+        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=".post.")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(progress, handle)
+        os.replace(temp, self._path(host))
+
+    def entries(self):
+        found = {}
+        for host in self.hosts:
+            try:
+                with open(self._path(host)) as handle:
+                    found[host] = json.load(handle)
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def claim_total(self, interval, now=None):
+        """True for the first caller in each interval (across processes): that one prints the total."""
+        now = time.time() if now is None else now
+        fd = os.open(os.path.join(self.directory, ".total"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                last = float(os.pread(fd, 64, 0) or 0)
+            except ValueError:
+                last = 0.0
+            if now - last < interval / 2.0:
+                return False
+            stamp = repr(now).encode("ascii")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, stamp, 0)
+            return True
+        finally:
+            os.close(fd)
+
+    def finish(self, host, progress):
+        """Post the node's final numbers; the last node to finish removes the board."""
+        self.post(host, progress)
+        entries = self.entries()
+        if all(entries.get(other, {}).get("done") for other in self.hosts):
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ActionModule(ActionBase):
@@ -17,27 +223,75 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
         _valid, args = self.validate_argument_spec(argument_spec={
             "jid": {"type": "str", "required": True},
             "poll": {"type": "float", "default": 10.0},
             "timeout": {"type": "float", "default": 604800.0},
+            "dest": {"type": "path"},
+            "progress_id": {"type": "str"},
+            "progress_interval": {"type": "float", "default": 30.0},
+            "label": {"type": "str", "default": ""},
+            "hosts": {"type": "list", "elements": "str"},
         })
-        if args["poll"] <= 0 or args["timeout"] <= 0:
-            raise AnsibleActionFail("shard_fetch_wait: poll and timeout must be positive numbers of seconds")
-        deadline = time.monotonic() + args["timeout"]
-        while True:
-            status = self._async_status(args["jid"], "status", task_vars)
-            if status.get("finished") or status.get("failed"):
-                break
-            if time.monotonic() >= deadline:
-                raise AnsibleActionFail("the fetch did not finish within %d s (shard_staging_fetch_time_limit); it goes on in the "
-                                        "background on the node, and a re-run picks up what it staged" % args["timeout"])
-            time.sleep(min(args["poll"], max(0.0, deadline - time.monotonic())))
+        if args["poll"] <= 0 or args["timeout"] <= 0 or args["progress_interval"] <= 0:
+            raise AnsibleActionFail("shard_fetch_wait: poll, timeout and progress_interval must be positive numbers of seconds")
+        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
+        watch = None
+        if args["dest"] and args["progress_id"]:
+            hosts = args["hosts"] if args["hosts"] is not None else task_vars.get("ansible_play_hosts", [host])
+            watch = _Watch(self, task_vars, host, args, Board(args["progress_id"], list(hosts) + [host]))
+        status = {}
+        try:
+            status = wait_for(lambda: self._async_status(args["jid"], "status", task_vars), watch.show if watch else None,
+                              args["poll"], args["progress_interval"] if watch else None, args["timeout"])
+        finally:
+            if watch is not None:
+                watch.board.finish(host, final_progress(watch.last, status))
         self._async_status(args["jid"], "cleanup", task_vars)
         result.update((key, value) for key, value in status.items() if key not in _BOOKKEEPING)
+        line = summary_line(host, args["label"], result)
+        if line:
+            display.display(line)
         return result
 
     def _async_status(self, jid, mode, task_vars):
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                     module_args={"jid": jid, "mode": mode, "_async_dir": async_dir})
+
+    def _read_progress(self, dest, run_id, task_vars):
+        """The node's live progress for this run, or None (not written yet, or a file another run left)."""
+        found = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars,
+                                     module_args={"src": os.path.join(dest, PROGRESS_NAME)})
+        if found.get("failed") or "content" not in found:
+            return None
+        try:
+            text = base64.b64decode(found["content"]).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+        return parse_progress(text, run_id)
+
+
+class _Watch(object):
+    """One node's progress display: its own line every interval and, when its turn, the cluster total."""
+
+    def __init__(self, action, task_vars, host, args, board):
+        self.action = action
+        self.task_vars = task_vars
+        self.host = host
+        self.args = args
+        self.board = board
+        self.last = None
+
+    def show(self):
+        args = self.args
+        progress = self.action._read_progress(args["dest"], args["progress_id"], self.task_vars)
+        if progress is None:
+            display.display("%s: preparing (reading dest and the journal, planning the transfers)" % _name(self.host, args["label"]))
+        else:
+            self.last = progress
+            display.display(progress_line(self.host, args["label"], progress))
+            self.board.post(self.host, progress)
+        if len(self.board.hosts) > 1 and self.board.claim_total(args["progress_interval"]):
+            display.display(total_line(args["label"], self.board.entries(), len(self.board.hosts)))

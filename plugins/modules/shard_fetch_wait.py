@@ -11,8 +11,13 @@ description:
   - An action plugin; this file only documents it.
   - Asks the node every O(poll) seconds whether its async job (see P(dlinfra.gpu_cluster.shard_fetch#module), started
     with C(async) and a C(poll) of 0) has finished, then removes the job's status file and returns the job's result as the
-    task's own (failed when the fetch failed). Unlike a C(until) loop over C(async_status) it prints nothing while it
-    waits.
+    task's own (failed when the fetch failed). Unlike a C(until) loop over C(async_status) it prints no line per look.
+  - With O(dest) and O(progress_id) it shows, every O(progress_interval) seconds and without C(-v), one line per node from
+    the progress file the fetch keeps in O(dest) (shards and bytes done of the run's total, the current rate, an ETA), for
+    example C(gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m), and one line for all of O(hosts);
+    a file another run left (its id is not O(progress_id)) is never shown.
+  - When the job ends it prints one summary line per node, for example
+    C(gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 9.8 TB at 1.1 GB/s).
   - Meant to be used through the P(dlinfra.gpu_cluster.shard_staging#role) role.
 author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
@@ -39,6 +44,29 @@ options:
     description: Seconds to wait at most; the job itself goes on after that.
     type: float
     default: 604800
+  dest:
+    description: The fetch's O(dlinfra.gpu_cluster.shard_fetch#module:dest), where its progress file is; without it no progress is shown.
+    type: path
+  progress_id:
+    description:
+      - The O(dlinfra.gpu_cluster.shard_fetch#module:progress_id) the job was started with; only a progress file that carries
+        it is shown. Without it no progress is shown.
+      - It also names the place on the controller where every node's wait leaves its latest numbers for the cluster total.
+    type: str
+  progress_interval:
+    description: Seconds between progress lines.
+    type: float
+    default: 30
+  label:
+    description: What the lines call the fetch after the node's name, for example the dataset's name.
+    type: str
+    default: ""
+  hosts:
+    description:
+      - The hosts whose fetches of the same O(progress_id) make up the cluster total; the total is shown when there is more than one.
+      - Defaults to C(ansible_play_hosts).
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -46,6 +74,7 @@ EXAMPLES = r"""
   dlinfra.gpu_cluster.shard_fetch:
     dest: /srv/datasets/yt8m
     shards_file: /tmp/shards.json
+    progress_id: yt8m-20240501
   async: 86400
   poll: 0
   register: job
@@ -54,6 +83,9 @@ EXAMPLES = r"""
   dlinfra.gpu_cluster.shard_fetch_wait:
     jid: "{{ job.ansible_job_id }}"
     poll: 10
+    dest: /srv/datasets/yt8m
+    progress_id: yt8m-20240501
+    label: yt8m
 """
 
 RETURN = r"""

@@ -1,0 +1,192 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""shard_fetch_wait's controller half: the progress, total and summary lines, when they are shown, and the board where
+the nodes' waits (separate processes under forks) leave their numbers for the cluster total."""
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.playbook.play_context import PlayContext
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.action import shard_fetch_wait
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_fetch_wait import (
+    ActionModule, Board, eta_seconds, final_progress, human_bytes, human_duration, progress_line, summary_line, total_line, wait_for)
+
+TB = 10 ** 12
+RUNNING = dict(phase="transfer", shards_done=1234, shards_total=10000, bytes_done=int(1.2 * TB), bytes_total=int(9.8 * TB),
+               rate=1.1 * 10 ** 9, failed=0)
+
+
+@pytest.mark.parametrize("count, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (524288, "524.3 kB"), (2097152, "2.1 MB"),
+                                         (int(1.2 * TB), "1.2 TB"), (None, "0 B")])
+def test_human_bytes(count, text):
+    assert human_bytes(count) == text
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0s"), (44.6, "45s"), (200, "3m 20s"), (7800, "2h 10m"), (3 * 86400 + 4 * 3600 + 59, "3d 4h"),
+                                           (-5, "0s")])
+def test_human_duration(seconds, text):
+    assert human_duration(seconds) == text
+
+
+def test_a_progress_line_has_shards_bytes_rate_and_eta():
+    assert progress_line("gpu1", "yt8m", RUNNING) == "gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"
+
+
+@pytest.mark.parametrize("change, tail", [
+    (dict(rate=0), "0 B/s, ETA unknown"),
+    (dict(failed=3), "1.1 GB/s, ETA 2h 10m, 3 failed"),
+    (dict(phase="finishing", bytes_done=int(9.8 * TB)), "9.8 TB/9.8 TB, transfers done, finishing"),
+    (dict(bytes_total=0, bytes_done=0), "1,234/10,000 shards, 0 B, 1.1 GB/s, ETA unknown"),
+])
+def test_a_progress_line_says_what_it_cannot_tell(change, tail):
+    assert progress_line("gpu1", "yt8m", dict(RUNNING, **change)).endswith(tail)
+
+
+def test_eta_is_the_bytes_left_at_the_current_rate():
+    assert eta_seconds(dict(bytes_total=1000, bytes_done=400, rate=100)) == 6
+    assert eta_seconds(dict(bytes_total=1000, bytes_done=1000, rate=0)) == 0
+    assert eta_seconds(dict(bytes_total=1000, bytes_done=400, rate=0)) is None
+
+
+def test_the_total_sums_the_nodes_and_waits_for_the_slowest():
+    entries = {"gpu1": RUNNING,
+               "gpu2": dict(RUNNING, bytes_done=int(8.8 * TB), rate=10 ** 9, failed=2),
+               "gpu3": final_progress(None, dict(fetched=9000, confirmed=1000, total=10000, fetched_bytes=int(9.8 * TB)))}
+    line = total_line("yt8m", entries, 4)
+    assert line == ("all yt8m: 12,468/30,000 shards, 19.8 TB/29.4 TB, 2.1 GB/s, ETA 2h 10m, 2 failed "
+                    "(3 of 4 nodes reporting, 1 done)")
+
+
+def test_the_summary_line_from_the_result():
+    result = dict(fetched=1234, resumed=12, confirmed=8766, removed=0, failed_shards=[], elapsed=7800.0, fetched_bytes=int(9.8 * TB),
+                  throughput=1.1 * 10 ** 9)
+    assert summary_line("gpu1", "yt8m", result) == ("gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, "
+                                                    "0 removed, 0 failed, 9.8 TB at 1.1 GB/s")
+    assert summary_line("gpu1", "yt8m", dict(failed=True, msg="dest is not writable")) is None
+
+
+class FakeClock(object):
+    def __init__(self):
+        self.now = 0.0
+        self.naps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds >= 0
+        self.naps.append(seconds)
+        self.now += seconds
+
+
+def fake_job(clock, finish_at, calls):
+    def status():
+        calls.append(clock.now)
+        return {"finished": 1, "fetched": 3} if clock.now >= finish_at else {"finished": 0}
+    return status
+
+
+def test_progress_is_shown_every_interval_and_the_job_looked_at_every_poll():
+    clock, looks, shown = FakeClock(), [], []
+    state = wait_for(fake_job(clock, 100, looks), lambda: shown.append(clock.now), 10, 30, 3600, clock=clock, sleep=clock.sleep)
+    assert state == {"finished": 1, "fetched": 3}
+    assert shown == [30, 60, 90]
+    assert looks == [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100]
+
+
+def test_a_short_interval_between_slow_polls():
+    clock, looks, shown = FakeClock(), [], []
+    wait_for(fake_job(clock, 25, looks), lambda: shown.append(clock.now), 10, 4, 3600, clock=clock, sleep=clock.sleep)
+    assert shown == [4, 8, 12, 16, 20, 24, 28] and looks == [0, 10, 20, 30]
+
+
+def test_a_slow_look_at_the_node_skips_the_lines_it_missed():
+    clock, looks, shown = FakeClock(), [], []
+
+    def slow_show():
+        shown.append(clock.now)
+        clock.now += 70
+
+    wait_for(fake_job(clock, 200, looks), slow_show, 10, 30, 3600, clock=clock, sleep=clock.sleep)
+    assert shown == [30, 120]
+
+
+def test_no_progress_without_an_interval_and_a_timeout_fails():
+    clock, looks = FakeClock(), []
+    with pytest.raises(AnsibleActionFail, match="did not finish within 50 s"):
+        wait_for(fake_job(clock, 100, looks), None, 10, None, 50, clock=clock, sleep=clock.sleep)
+    assert looks == [0, 10, 20, 30, 40, 50]
+
+
+def test_the_board_holds_every_nodes_numbers_and_gives_one_total_per_interval(tmp_path):
+    one, two = Board("ds-abc", ["b", "a"], root=str(tmp_path)), Board("ds-abc", ["a", "b"], root=str(tmp_path))
+    assert one.directory == two.directory and Board("ds-other", ["a"], root=str(tmp_path)).directory != one.directory
+    one.post("a", dict(RUNNING))
+    two.post("b", dict(RUNNING, failed=1))
+    assert one.entries() == {"a": RUNNING, "b": dict(RUNNING, failed=1)}
+    assert one.claim_total(30, now=1000.0) is True
+    assert two.claim_total(30, now=1001.0) is False
+    assert two.claim_total(30, now=1016.0) is True
+    one.finish("a", final_progress(RUNNING, {}))
+    assert one.entries()["a"]["done"] is True
+    two.finish("b", final_progress(None, dict(fetched=1, confirmed=2, total=3)))
+    assert not (tmp_path / one.directory).exists()
+
+
+def make_action(args, host="gpu1"):
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    connection = mock.MagicMock()
+    connection._shell.tmpdir = None
+    return ActionModule(task, connection, PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+
+
+def test_the_action_shows_progress_a_placeholder_and_the_summary_without_polling_lines(tmp_path, monkeypatch):
+    lines = []
+    monkeypatch.setattr(shard_fetch_wait.display, "display", lambda msg, *args, **kwargs: lines.append(msg))
+    monkeypatch.setattr(shard_fetch_wait.tempfile, "gettempdir", lambda: str(tmp_path))
+    action = make_action(dict(jid="1.2", poll=0.01, dest="/srv/ds", progress_id="ds-1", progress_interval=0.05, label="ds",
+                              hosts=["gpu1"]))
+    looks = []
+
+    def async_status(jid, mode, task_vars):
+        looks.append(mode)
+        if mode == "cleanup" or len(looks) < 25:
+            return {"finished": 0}
+        return {"finished": 1, "ansible_job_id": jid, "changed": True, "fetched": 4, "resumed": 1, "confirmed": 0, "removed": 0,
+                "failed_shards": [], "elapsed": 0.3, "fetched_bytes": 2 * 10 ** 6, "throughput": 10 ** 7, "total": 4}
+
+    reads = iter([None, dict(RUNNING, run_id="ds-1")] + [dict(RUNNING, run_id="ds-1", shards_done=2000)] * 100)
+    monkeypatch.setattr(action, "_async_status", async_status)
+    monkeypatch.setattr(action, "_read_progress", lambda dest, run_id, task_vars: next(reads))
+    result = action.run(task_vars={"inventory_hostname": "gpu1"})
+
+    assert result["fetched"] == 4 and "ansible_job_id" not in result and looks[-1] == "cleanup"
+    assert lines[0] == "gpu1 ds: preparing (reading dest and the journal, planning the transfers)"
+    assert lines[1] == "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"
+    assert lines[-1] == "gpu1 ds: done in 0s, 4 fetched (1 resumed), 0 confirmed, 0 removed, 0 failed, 2.0 MB at 10.0 MB/s"
+    # One node: no cluster total; the board is gone with the last node.
+    assert not [line for line in lines if line.startswith("all ")]
+    assert list(tmp_path.rglob("*.json")) == []
+
+
+def test_the_action_without_a_progress_id_only_waits(monkeypatch):
+    lines = []
+    monkeypatch.setattr(shard_fetch_wait.display, "display", lambda msg, *args, **kwargs: lines.append(msg))
+    action = make_action(dict(jid="1.2", poll=0.01, progress_interval=0.01))
+    states = iter([{"finished": 0}] * 5 + [{"finished": 1, "failed": True, "msg": "dest is not writable"}, {}])
+    monkeypatch.setattr(action, "_async_status", lambda jid, mode, task_vars: next(states))
+    monkeypatch.setattr(action, "_read_progress", mock.Mock(side_effect=AssertionError("no progress without progress_id")))
+    result = action.run(task_vars={"inventory_hostname": "gpu1"})
+    assert result["failed"] is True and lines == []
+
+
+@pytest.mark.parametrize("option", ["poll", "timeout", "progress_interval"])
+def test_intervals_must_be_positive(option):
+    with pytest.raises(AnsibleActionFail, match="positive"):
+        make_action({"jid": "1.2", option: 0}).run(task_vars={})
