@@ -107,9 +107,11 @@ def test_a_slow_store_shows_growing_progress_with_an_eta_then_a_summary(tmp_path
         etas = [groups[6] for _at, groups in shown if groups[6] != "unknown"]
         assert len(etas) >= 2 and all(re.match(r"^\d+s$", eta) for eta in etas), output
         assert any(megabytes(groups[5]) > 0 for _at, groups in shown), output
-        # At the promised interval: a line every INTERVAL seconds (give or take a look at the node), not one per poll.
+        # At the promised interval: a line every INTERVAL seconds (give or take a look at the node on a busy machine), not one
+        # per poll (every second).
         gaps = [later - earlier for (earlier, _g), (later, _h) in zip(shown, shown[1:])]
-        assert all(INTERVAL - 1 <= gap <= INTERVAL + 1.5 for gap in gaps), (gaps, output)
+        assert all(gap <= INTERVAL + 2.5 for gap in gaps), (gaps, output)
+        assert len(shown) <= (shown[-1][0] - shown[0][0]) / INTERVAL + 2, (gaps, output)
         summary = [SUMMARY.match(line).groups() for _at, line in lines if SUMMARY.match(line) and line.startswith(node + " ")]
         assert len(summary) == 1, output
         assert summary[0][2:7] == ("4", "0", "0", "0", "0") and summary[0][7] == "2.1 MB", output
