@@ -67,16 +67,16 @@ def file_sha256(path):
             hasher.update(block)
 
 
-def check_copy(dest, shards, hashed="all", limit=5):
+def check_copy(dest, shards, hashed="all", limit=5, besides=()):
     """Problems with the copy of `shards` in dest (missing, wrong size, wrong sha256): a list, empty when it is whole.
 
-    Hidden names (a tool's own journal, lock or control files) are ignored. Sizes are checked for every shard;
+    Hidden names (a tool's own journal, lock or control files) and the names in `besides` are ignored. Sizes are checked for every shard;
     sha256 for every shard (hashed="all"), the first and the last ("ends") or none ("none").
     """
     to_hash = {"all": range(len(shards)), "ends": {0, len(shards) - 1}, "none": ()}[hashed]
     problems = []
     try:
-        present = {entry.name: entry.stat().st_size for entry in os.scandir(dest) if not entry.name.startswith(".")}
+        present = {entry.name: entry.stat().st_size for entry in os.scandir(dest) if not entry.name.startswith(".") and entry.name not in besides}
     except OSError as exc:
         return ["cannot list %s: %s" % (dest, exc.strerror)]
     for index, shard in enumerate(shards):

@@ -81,6 +81,15 @@ class Fetcher(object):
     def _write_inputs(self, case, shards, dest):
         raise NotImplementedError
 
+    def warm(self):
+        """Read the tool's inputs back into the page cache: on a node they were just written (the role copies the shard
+        list to the node right before the fetch), so a dropped cache must not make any tool read them from the disk."""
+        for entry in os.scandir(self.scratch):
+            if entry.is_file(follow_symlinks=False) and entry.name != "log.txt":
+                with open(entry.path, "rb") as handle:
+                    while handle.read(1 << 20):
+                        pass
+
     def fetch(self):
         """Do the transfer; return details worth keeping (may be empty)."""
         run_logged(self.inputs, os.path.join(self.scratch, "log.txt"), self.timeout)
@@ -123,13 +132,64 @@ class Engine(Fetcher):
         return {key: result[key] for key in keep if key in result}
 
 
-def engine_from(checkout):
-    """The Engine class for another checkout of this repository (an A/B comparison in one run, e.g. before a change)."""
+def engine_from(checkout, letter="b"):
+    """The Engine class for another checkout of this repository (an A/B comparison in one run, e.g. before a change);
+    its rows are named engine-<letter>."""
     collections_dir = os.path.join(os.path.abspath(checkout), "collections")
     if not os.path.isdir(os.path.join(collections_dir, "ansible_collections", "dlinfra", "gpu_cluster", "plugins")):
         raise ValueError("%s is not a checkout of this repository (no collections/ansible_collections/dlinfra/gpu_cluster)" % checkout)
-    return type("EngineB", (Engine,), {"name": "engine-b", "label": "shard_transfer of %s" % os.path.basename(os.path.abspath(checkout)),
-                                       "collections_dir": collections_dir})
+    label = "shard_transfer of %s" % os.path.basename(os.path.abspath(checkout))
+    return type("Engine" + letter.upper(), (Engine,), {"name": "engine-" + letter, "label": label, "collections_dir": collections_dir})
+
+
+ROLE_PLAYBOOK = """\
+- name: Stage the benchmark's dataset with the shard_staging role, as a user runs it
+  hosts: stage_targets
+  gather_facts: false
+  roles:
+    - role: dlinfra.gpu_cluster.shard_staging
+"""
+
+
+class RolePath(Fetcher):
+    """The shard_staging role through ansible-playbook (connection local), as a user runs it: its defaults (concurrency 8,
+    poll interval 10 s) but the dataset, its index (a wids JSON with sizes and sha256, so no HEAD requests) and the
+    plan directory. Everything the role does is timed: probe, plan on the controller, the async fetch and its polling,
+    the hand-off lists."""
+
+    name = "role"
+    label = "shard_staging role (ansible-playbook)"
+    command = "ansible-playbook"
+    HANDOFF = ("shards.txt", "sources.txt", "ranks")
+
+    def missing(self):
+        return None if GetUrlLoop._playbook_command() else "ansible-playbook is not installed"
+
+    def _write_inputs(self, case, shards, dest):
+        base = shards[0]["url"].rsplit("/", 1)[0]
+        index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": case.name,
+                 "shardlist": [{"url": shard["url"], "nsamples": 1, "filesize": shard["size"], "sha256": shard["sha256"]} for shard in shards]}
+        with open(os.path.join(case.source_dir, "index.json"), "w") as handle:
+            json.dump(index, handle)
+        if [shard["name"] for shard in shards] != case.shard_names():
+            raise ValueError("the role stages the case's whole brace pattern; it cannot take a subset")
+        source = "%s/shard-{%06d..%06d}.tar" % (base, 0, len(shards) - 1)
+        datasets = {"shard_staging_datasets": [{"name": case.name, "source": source, "index": base + "/index.json", "dest": dest}],
+                    "shard_staging_plan_dir": self._path("plan")}
+        with open(self._path("vars.json"), "w") as handle:
+            json.dump(datasets, handle)
+        with open(self._path("inventory.ini"), "w") as handle:
+            handle.write("[stage_targets]\nlocalhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
+        with open(self._path("site.yml"), "w") as handle:
+            handle.write(ROLE_PLAYBOOK)
+        return [GetUrlLoop._playbook_command(), "-i", self._path("inventory.ini"), "-e", "@" + self._path("vars.json"), self._path("site.yml")]
+
+    def fetch(self):
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_DIR, ANSIBLE_PIPELINING="True", ANSIBLE_LOCALHOST_WARNING="False",
+                   ANSIBLE_LOCAL_TEMP=self._path("ansible-local"), ANSIBLE_REMOTE_TMP=self._path("ansible-remote"),
+                   ANSIBLE_CONFIG=self._path("absent.cfg"), ANSIBLE_NOCOLOR="1")
+        run_logged(self.inputs, self._path("log.txt"), self.timeout, env=env, cwd=self.scratch)
+        return {}
 
 
 class Aria2(Fetcher):
@@ -279,4 +339,4 @@ class GetUrlLoop(Fetcher):
         return {}
 
 
-FETCHERS = (Engine, Aria2, Aria2Sha256, Rclone, SequentialCurl, GetUrlLoop)
+FETCHERS = (Engine, RolePath, Aria2, Aria2Sha256, Rclone, SequentialCurl, GetUrlLoop)

@@ -29,7 +29,7 @@ import time
 
 import bench_plan
 from _dataset import Case, check_copy, random_pattern, write_same_files
-from _fetchers import FETCHERS, Engine, StreamThroughSha256, StreamToNull, ToolFailed, engine_from, run_logged
+from _fetchers import FETCHERS, Engine, RolePath, StreamThroughSha256, StreamToNull, ToolFailed, engine_from, run_logged
 from _server import PACKAGES, Nginx, ServerUnavailable, ensure_packages, find_command, sync_and_drop_caches
 
 KIB = 1 << 10
@@ -55,9 +55,11 @@ class Measure(object):
     `rounds` caps how many rounds it takes part in (get_url runs once: minutes per run); `scale` turns a subset's time
     into the whole case's (get_url in (b))."""
 
-    def __init__(self, tool, label, body, before=None, after=None, rounds=None, scale=1.0, note=""):
+    def __init__(self, tool, label, body, before=None, after=None, rounds=None, scale=1.0, note="", warm=None):
         self.tool, self.label, self.body, self.note, self.rounds, self.scale = tool, label, body, note, rounds, scale
         self.before = before or (lambda: None)
+        # Untimed, after the page cache is dropped: read back what the tool was just given (Fetcher.warm).
+        self.warm = warm or (lambda: None)
         self.after = after or (lambda details: None)
         self.times, self.details, self.failure = [], {}, None
 
@@ -65,7 +67,7 @@ class Measure(object):
 class Bench(object):
     """One benchmark run: its mode, scratch space, log and the rows of the table."""
 
-    def __init__(self, mode, runs, workdir, source_root, engine_b=None):
+    def __init__(self, mode, runs, workdir, source_root, other_engines=()):
         self.mode = mode
         self.settings = MODES[mode]
         self.quick = mode == "quick"
@@ -73,9 +75,9 @@ class Bench(object):
         self.work = workdir
         self.source_root = source_root
         self.source_fs = "disk"
-        # Another checkout's engine, measured alternating with this one (--engine-b); None: not compared.
-        self.engine_b = engine_b
-        self.fetchers = FETCHERS[:1] + ((engine_b,) if engine_b else ()) + FETCHERS[1:]
+        # Other checkouts' engines, measured alternating with this one (--engine-b).
+        self.other_engines = tuple(other_engines)
+        self.fetchers = FETCHERS[:1] + self.other_engines + FETCHERS[1:]
         self.started = time.monotonic()
         self.rows = []
         self.cache_drops = []
@@ -112,6 +114,7 @@ class Bench(object):
         """One timed run of measure; returns (seconds, details) or raises ToolFailed."""
         measure.before()
         self.settle()
+        measure.warm()
         errors_before = len(self.nginx.logged_errors())
         started = time.perf_counter()
         details = measure.body() or {}
@@ -173,7 +176,7 @@ class Bench(object):
                     note = "%d of %d shards, time x%g (linear extrapolation)" % (len(shards), case.count, case.count / len(shards))
             fetcher.prepare(case, shards, dest)
             measures.append(Measure(fetcher.name, fetcher.label, fetcher.fetch, empty_dest, self._copy_check(fetcher.name, shards, dest),
-                                    rounds=rounds, scale=case.count / len(shards), note=note))
+                                    rounds=rounds, scale=case.count / len(shards), note=note, warm=fetcher.warm))
         for stream_class in (StreamToNull, StreamThroughSha256):
             stream = stream_class(self.path("scratch", "%s-%s" % (case.name, stream_class.name)), self.settings["timeout"])
             reason = stream.missing()
@@ -182,7 +185,7 @@ class Bench(object):
                 continue
             stream.prepare(case, case.shards, dest)
             note = "" if stream_class is StreamToNull else "not a target: the stream limit with every byte hashed"
-            measures.append(Measure(stream.name, stream.label, stream.fetch, note=note))
+            measures.append(Measure(stream.name, stream.label, stream.fetch, note=note, warm=stream.warm))
         pattern = random_pattern(min(case.size, 64 * MIB))
         measures.append(Measure("disk-write", "limit: disk writes of the same files, then sync",
                                 lambda: write_same_files(dest, case.shards, pattern), empty_dest, self._copy_check("disk-write", case.shards, dest)))
@@ -196,7 +199,8 @@ class Bench(object):
         every shard; then the copy is deleted, so that one copy at a time is on disk."""
         def check(details):
             try:
-                problems = check_copy(dest, shards, hashed="none" if tool == "disk-write" else self.hashed)
+                problems = check_copy(dest, shards, hashed="none" if tool == "disk-write" else self.hashed,
+                                      besides=RolePath.HANDOFF if tool == "role" else ())
                 if tool.startswith("engine") and details.get("fetched") != len(shards):
                     problems.append("the engine reports %s shards fetched, expected %d" % (details.get("fetched"), len(shards)))
                 if problems:
@@ -227,11 +231,11 @@ class Bench(object):
             if details.get("fetched") != 0 or details.get("confirmed") != case.count or details.get("changed"):
                 raise ToolFailed("the re-run was not a no-op: %s" % details)
 
-        measures = [Measure("engine", "shard_transfer re-run (journal)", engine.fetch, after=check_engine)]
-        if self.engine_b:
-            engine_b = self.engine_b(self.path("scratch", "noop-engine-b"), self.settings["timeout"])
-            engine_b.prepare(case, case.shards, staged)
-            measures.append(Measure("engine-b", engine_b.label + " re-run", engine_b.fetch, after=check_engine))
+        measures = [Measure("engine", "shard_transfer re-run (journal)", engine.fetch, after=check_engine, warm=engine.warm)]
+        for other_class in self.other_engines:
+            other = other_class(self.path("scratch", "noop-" + other_class.name), self.settings["timeout"])
+            other.prepare(case, case.shards, staged)
+            measures.append(Measure(other.name, other.label + " re-run", other.fetch, after=check_engine, warm=other.warm))
         rsync = find_command("rsync")
         label = "rsync -a --dry-run (tree vs. its copy)"
         try:
@@ -306,17 +310,19 @@ def evaluate_targets(rows, big, small, noop, cpus=None):
             return
         ratio = other["seconds"] / engine["seconds"]
         met = ratio > factor if strictly else ratio >= factor
-        evidence = "engine/%s = %.2f (needs %s %g)" % (other["tool"], ratio, ">" if strictly else ">=", factor)
+        evidence = "%s/%s = %.2f (needs %s %g)" % (engine["tool"], other["tool"], ratio, ">" if strictly else ">=", factor)
         targets.append((name, ("PASS" if met else "FAIL") if judged else "n/a", evidence + why_not))
 
     engine = _find(rows, big, "engine")
     target("(a) engine >= the fastest peer", engine, fastest_peer(big), 1.0)
+    target("(a) the role (ansible-playbook) >= the fastest peer", _find(rows, big, "role"), fastest_peer(big), 1.0)
     limits = [row for row in (_find(rows, big, "stream-null"), _find(rows, big, "disk-write")) if row]
     target("(a) engine >= 0.8x the physical limit, on >= %d CPUs" % LIMIT_TARGET_CPUS, engine,
            max(limits, key=lambda row: row["seconds"]) if limits else None, 0.8, judged=cpus >= LIMIT_TARGET_CPUS,
            why_not="" if cpus >= LIMIT_TARGET_CPUS else "; not judged on %d CPUs" % cpus)
     engine = _find(rows, small, "engine")
     target("(b) engine >= the fastest peer", engine, fastest_peer(small), 1.0)
+    target("(b) the role (ansible-playbook) >= the fastest peer", _find(rows, small, "role"), fastest_peer(small), 1.0)
     target("(b) engine >= 20x the get_url loop", engine, _find(rows, small, "get_url"), 20.0)
     engine = _find(rows, noop, "engine")
     target("no-op re-run faster than rsync -a --dry-run", engine, _find(rows, noop, "rsync"), 1.0, strictly=True)
@@ -406,8 +412,9 @@ def parse_args(argv):
                         "in full mode, ~13 GiB when the sources go there too")
     parser.add_argument("--source-dir", metavar="DIR", help="where nginx's data goes (default: /dev/shm when it is a tmpfs with room, "
                         "else the scratch directory)")
-    parser.add_argument("--engine-b", metavar="CHECKOUT", help="also measure the engine of another checkout of this repository "
-                        "(e.g. a git worktree of an older commit), alternating with this one: an A/B comparison in one run")
+    parser.add_argument("--engine-b", metavar="CHECKOUT", action="append", default=[],
+                        help="also measure the engine of another checkout of this repository (e.g. a git worktree of an older commit), "
+                        "alternating with this one: an A/B comparison in one run; give it again for engine-c, engine-d")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (data, configs, logs) for inspection")
     args = parser.parse_args(argv)
     if args.runs is not None and not 1 <= args.runs <= 5:
@@ -441,7 +448,8 @@ def main(argv=None):
     source_root = tempfile.mkdtemp(prefix="staging-bench-www-", dir=source_parent) if source_parent else os.path.join(work, "www")
     os.makedirs(source_root, exist_ok=True)
     os.chmod(source_root, 0o755)
-    bench = Bench(mode, args.runs or settings["runs"], work, source_root, engine_from(args.engine_b) if args.engine_b else None)
+    others = [engine_from(checkout, "bcdefgh"[number]) for number, checkout in enumerate(args.engine_b[:7])]
+    bench = Bench(mode, args.runs or settings["runs"], work, source_root, others)
     if _is_tmpfs(source_root):
         bench.source_fs = "tmpfs"
     big = Case("big", "(a) %d x %d MiB" % (settings["big"][0], settings["big"][1] // MIB), *settings["big"])
