@@ -17,10 +17,13 @@ import time
 from urllib.parse import unquote, urlsplit
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import hash_file
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError, PermanentError, TransientError, describe
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import USER_AGENT, RateLimiter, content_length, open_url, validator_of
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import (
+    ChecksumError, LocalError, PermanentError, StagingError, TransientError, describe)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import (
+    USER_AGENT, RateLimiter, basic_authorization, content_length, open_url, validator_of)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import RETRY_SECONDS, shard_path
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
 
 MIB = 1 << 20
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)\Z")
@@ -30,6 +33,9 @@ _MISMATCH_ATTEMPTS = 2
 # copy_file_range cannot serve this pair of files; copy through user space instead.
 _NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY)
 _LOCAL_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+# A header field name (RFC 9110 token).
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
+SOURCE_ACCESS_KEYS = ("headers", "url_username", "url_password", "proxy", "ca_file")
 
 
 class Outcome(object):
@@ -74,9 +80,37 @@ class Transfer(object):
         self.source_headers = {}
         # A CA bundle (PEM file) that verifies the stores' certificates instead of the system's; None: the system's.
         self.ca_file = None
+        # The proxy for each source origin (shard_proxy); set by set_source_access().
+        self.proxies = None
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
         self._ssl = None
+
+    def set_source_access(self, headers=None, url_username=None, url_password=None, proxy=None, ca_file=None):
+        """How the sources are reached: extra request headers (a bearer token, say), HTTP Basic credentials, the proxy
+        (None: the environment's, "": none, else its URL; see shard_proxy) and a CA bundle. Raises StagingError, naming the
+        setting but never a secret, for what cannot work."""
+        problems = []
+        headers = dict(headers or {})
+        for name, value in headers.items():
+            if not isinstance(name, str) or not _HEADER_NAME_RE.match(name) or name.lower() in ("host", "range", "if-range"):
+                problems.append("headers: %r is not a header name the engine can send" % (name,))
+            elif not isinstance(value, str) or "\r" in value or "\n" in value:
+                problems.append("headers: the value of %s must be a one-line string" % name)
+        if url_username is not None:
+            headers.setdefault("Authorization", basic_authorization(url_username, url_password))
+        elif url_password is not None:
+            problems.append("url_password is set but url_username is not")
+        try:
+            self.proxies = Proxies(proxy)
+        except ProxyError as exc:
+            problems.append(str(exc))
+        if ca_file is not None and not os.access(ca_file, os.R_OK):
+            problems.append("ca_file %s cannot be read" % ca_file)
+        if problems:
+            raise StagingError("; ".join(problems))
+        self.source_headers = headers
+        self.ca_file = ca_file
 
     def ssl_context(self):
         with self._ssl_lock:

@@ -8,6 +8,7 @@ import re
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
     UnsafeFileError, open_directory, open_nofollow, write_atomically)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
 
 
 HANDOFF_LIST = "shards.txt"
@@ -32,9 +33,10 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
     if ranks < 1:
         raise StagingError("ranks is %d; give 1 or more training ranks per node" % ranks)
     dest = os.path.abspath(dest)
-    entries = [(shard["name"], os.path.join(dest, shard["name"]), shard["url"]) for shard in shards]
+    # URLs as shown (credentials as ***): the lists are read by anyone who trains, and must hold no secret.
+    entries = [(shard["name"], os.path.join(dest, shard["name"]), redact_url(shard["url"])) for shard in shards]
     if streamed:
-        entries = sorted(entries + [(shard["name"], shard["url"], shard["url"]) for shard in streamed])
+        entries = sorted(entries + [(shard["name"], redact_url(shard["url"]), redact_url(shard["url"])) for shard in streamed])
     paths = [read for _name, read, _url in entries]
     wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [url for _name, _read, url in entries]}
     for rank in range(ranks):

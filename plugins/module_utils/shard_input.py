@@ -7,7 +7,7 @@ import gc
 import itertools
 import json
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
@@ -180,3 +180,15 @@ def redact_url(url):
         netloc = "***@" + netloc.rpartition("@")[2]
     query = "&".join(item.partition("=")[0] + ("=***" if "=" in item else "") for item in parts.query.split("&")) if parts.query else ""
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def split_user_info(url):
+    """(url without its user info, user, password): user and password percent-decoded, None when the URL has none."""
+    if not isinstance(url, str) or "@" not in url:
+        return url, None, None
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, None, None
+    netloc = parts.netloc.rpartition("@")[2]
+    return (urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), unquote(parts.username),
+            unquote(parts.password) if parts.password is not None else None)

@@ -10,6 +10,7 @@ import os
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
     PART_SUFFIX, STATE_SUFFIX, UnsafeFileError, open_nofollow, unlink_quietly, write_atomically)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
 
 MIB = 1 << 20
 
@@ -94,7 +95,7 @@ class Partial(object):
             raise LocalError(str(exc))
         except (OSError, ValueError):
             return None
-        usable = (isinstance(state, dict) and state.get("url") == self.shard.url and state.get("validator")
+        usable = (isinstance(state, dict) and state.get("url") == redact_url(self.shard.url) and state.get("validator")
                   and isinstance(state.get("durable"), int) and state["durable"] > 0
                   and (self.shard.size is None or state.get("size") == self.shard.size))
         return state if usable else None
@@ -147,7 +148,8 @@ class Partial(object):
             return
         try:
             os.fsync(self.fd)
-            state = {"url": self.shard.url, "validator": self.validator, "size": self.total, "durable": self.offset}
+            # The URL as shown (credentials as ***): no secret is ever written to dest.
+            state = {"url": redact_url(self.shard.url), "validator": self.validator, "size": self.total, "durable": self.offset}
             # Not fsynced: a state lost in a crash costs a restart from zero, never a resume from bytes not on disk.
             write_atomically(self.state_path, json.dumps(state).encode("utf-8"), sync=False)
             self.has_state = True

@@ -25,12 +25,12 @@ import threading
 import time
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
-    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryLock, DirectoryScan, Journal, fsync_directory, nearest_existing,
-    trusted_syncfs, unlink_quietly)
+    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryLock, DirectoryScan, Journal, create_temp, fsync_directory,
+    nearest_existing, trusted_syncfs, unlink_quietly)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import GroupCommit, Outcome, TaskQueue, Transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import SOURCE_ACCESS_KEYS, GroupCommit, Outcome, TaskQueue, Transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import cyclic_gc_paused, load_shards_file, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import cyclic_gc_paused, load_shards_file, normalize_shards, redact_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
 
@@ -114,8 +114,9 @@ class _Run(object):
             return
         try:
             os.makedirs(dest, exist_ok=True)
-            probe = os.path.join(dest, ".shard_fetch.probe.%d" % os.getpid())
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            # create_temp: an unguessable name, created with O_EXCL|O_NOFOLLOW, so nothing planted in dest is opened.
+            fd, probe = create_temp(os.path.join(dest, ".shard_fetch.probe"), 0o600)
+            os.close(fd)
             os.unlink(probe)
         except OSError as exc:
             raise StagingError("dest %s is not writable: %s; fix its permissions or choose another dest" % (dest, exc.strerror or exc))
@@ -276,7 +277,7 @@ class _Run(object):
 
     def _work(self, todo, done, wake, source_first, index):
         transfer = self.transfer
-        conns = transfer._local.conns = Connections(self.settings["timeout"], transfer.ssl_context)
+        conns = transfer._local.conns = Connections(self.settings["timeout"], transfer.ssl_context, transfer.proxies)
         try:
             while True:
                 task = todo.get(source_first)
@@ -348,7 +349,7 @@ class _Run(object):
         return True
 
     def _record_failure(self, shard, reason):
-        self.failed.append({"name": shard.name, "url": shard.url, "reason": reason})
+        self.failed.append({"name": shard.name, "url": redact_url(shard.url), "reason": reason})
 
     def _save_journal(self, during_run=False):
         try:
@@ -393,9 +394,10 @@ class _Run(object):
             self.counts["removed_bytes"] += size
             if len(self.removed_names) < self.report_limit:
                 self.removed_names.append(name)
-        # A partial is the engine's own when its state file exists (written at the first checkpoint).
+        # The engine's leftovers for shards no longer assigned: part files, with or without the state file their first
+        # checkpoint writes (a hidden .NAME.part is the engine's: no shard name starts with a dot), and state files.
         if not self.check_mode:
-            for name in states:
+            for name in set(states).union(partials):
                 if name not in assigned:
                     unlink_quietly(os.path.join(self.dest, "." + name + PART_SUFFIX))
                     unlink_quietly(os.path.join(self.dest, "." + name + STATE_SUFFIX))
@@ -430,6 +432,7 @@ class _Run(object):
                 from_peers=dict(peers.from_peers) if peers is not None else {},
                 bad_data=list(peers.bad) if peers is not None else [],
                 given_up=dict(peers.given_up) if peers is not None else {},
+                waited_out=dict(peers.waited_out) if peers is not None else {},
                 served_bytes=0,
                 not_done=[],
             )
@@ -439,7 +442,7 @@ class _Run(object):
 def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
           checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None,
-          progress_interval=5.0, progress_id=None):
+          progress_interval=5.0, progress_id=None, source_access=None):
     """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
 
     Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
@@ -451,13 +454,17 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     ``peer`` (peer-assisted staging, see shard_peer and _peer_settings) lets this node take some shards from the other
     nodes of the run and serve its own to them; it is ignored in check mode.
 
+    ``source_access`` (a mapping of headers, url_username, url_password, proxy, ca_file) says how the sources are reached,
+    see Transfer.set_source_access(); credentials in a source URL's user info are sent as HTTP Basic authentication. URLs
+    the run reports show their credentials as ``***``.
+
     While shards are transferred, a progress file in dest (see shard_progress) that carries progress_id is rewritten at
     most every progress_interval seconds (None: never) and removed when the run ends.
     """
     started = time.monotonic()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
                     group_commit_bytes, commit_interval)
-    if progress_interval is not None and not progress_interval > 0:
+    if progress_interval is not None and progress_interval <= 0:
         raise StagingError("progress_interval must be a positive number of seconds (or unset), got %r" % (progress_interval,))
     dest = os.path.abspath(dest)
     journal_path = os.path.abspath(journal) if journal else os.path.join(dest, JOURNAL_NAME)
@@ -475,6 +482,10 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
         with cyclic_gc_paused():
             shards = normalize_shards(shards)
         run = _Run(shards, dest, journal_path, settings)
+        unknown = sorted(set(source_access or {}) - set(SOURCE_ACCESS_KEYS))
+        if unknown:
+            raise StagingError("source_access has unknown keys %s; give %s" % (", ".join(unknown), ", ".join(SOURCE_ACCESS_KEYS)))
+        run.transfer.set_source_access(**(source_access or {}))
         if peer is not None and not check_mode:
             _set_up_peers(run, peer_settings(peer))
         run.prepare_dest()

@@ -183,7 +183,7 @@ options:
   progress_interval:
     description:
       - While shards are transferred, the module rewrites a small JSON file C(.shard_fetch.progress) in O(dest) at most this
-        often (seconds): shards and bytes done of this run's total, the current rate and the counts so far. It is removed when
+        often (seconds), with the shards and bytes done of this run's total, the current rate and the counts so far. It is removed when
         the run ends; P(dlinfra.gpu_cluster.shard_fetch_wait#module) shows it while it waits.
     type: float
     default: 5
@@ -192,6 +192,30 @@ options:
       - An id for this run, written into the progress file so that the poller that started the run knows it is this run's
         (and not a file a killed run left behind).
     type: str
+  headers:
+    description:
+      - Extra request headers for the sources (never for peers), e.g. V(Authorization) with a bearer token. They go to the
+        source URL's origin only and are dropped on a redirect to another host. Never logged.
+    type: dict
+  url_username:
+    description:
+      - User for HTTP Basic authentication at the sources. A source URL's own user info (V(http://user:password@store/...))
+        is used the same way. Reported URLs show credentials as V(***).
+    type: str
+  url_password:
+    description: Password for O(url_username). Never logged.
+    type: str
+  proxy:
+    description:
+      - HTTP proxy for the sources, V(http://[user:password@]host:port); HTTPS goes through it with CONNECT. Unset, the
+        environment's C(http_proxy) / C(https_proxy) / C(all_proxy) apply; V("") means no proxy. C(no_proxy) applies either
+        way, matched as curl matches it. Peers are always reached directly. Never logged (it may hold a password).
+    type: str
+  ca_file:
+    description:
+      - A PEM bundle of the CA certificates that verify the sources' TLS certificates (a private CA), instead of the
+        system's. A certificate that fails verification fails its shards at once, naming the host.
+    type: path
 notes:
   - Runs on the managed node with the Python standard library only.
   - O(verify=quick) does not notice a staged shard whose bytes were changed in place without a change of
@@ -322,11 +346,12 @@ peers:
   description:
     - Peer-assisted runs only. C(source_bytes) and C(peer_bytes) received from sources and from peers, C(from_peers) bytes per
       peer, C(served_bytes) sent to peers, C(bad_data) the peers that sent bytes which failed their sha256 (C(peer), C(name),
-      C(reason)), C(given_up) the peers given up on and why, C(not_done) the downstream nodes that never said they were done.
+      C(reason)), C(given_up) the peers given up on and why, C(waited_out) per peer the shards that waited O(peer_wait)
+      seconds for it and then came from the source, C(not_done) the downstream nodes that never said they were done.
   returned: when O(peer_file) is set and not in check mode
   type: dict
   sample: {source_bytes: 1073741824, peer_bytes: 3221225472, from_peers: {gpu2: 1073741824}, served_bytes: 3221225472,
-           bad_data: [], given_up: {}, not_done: []}
+           bad_data: [], given_up: {}, waited_out: {}, not_done: []}
 from_peers:
   description: Number of fetched shards that came from a peer.
   returned: always
@@ -405,6 +430,11 @@ def main():
             report_limit=dict(type="int", default=20),
             progress_interval=dict(type="float", default=5.0),
             progress_id=dict(type="str"),
+            headers=dict(type="dict", no_log=True),
+            url_username=dict(type="str"),
+            url_password=dict(type="str", no_log=True),
+            proxy=dict(type="str", no_log=True),
+            ca_file=dict(type="path"),
         ),
         mutually_exclusive=[("shards", "shards_file", "shards_src")],
         required_one_of=[("shards", "shards_file", "shards_src")],
@@ -434,6 +464,7 @@ def main():
             bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
             check_mode=module.check_mode, report_limit=params["report_limit"], peer=peer,
             progress_interval=params["progress_interval"], progress_id=params["progress_id"],
+            source_access=dict((key, params[key]) for key in ("headers", "url_username", "url_password", "proxy", "ca_file")),
         )
     except StagingError as exc:
         module.fail_json(msg="%s" % exc, changed=False)
@@ -443,6 +474,9 @@ def main():
         module.warn("peer %s sent %s with bad data (%s); it was rejected and taken from the source" % (bad["peer"], bad["name"], bad["reason"]))
     for peer, reason in sorted(result.get("peers", {}).get("given_up", {}).items()):
         module.warn("peer %s was given up on (%s); the shards it was to send came from the source" % (peer, reason))
+    for peer, count in sorted(result.get("peers", {}).get("waited_out", {}).items()):
+        module.warn("%d shard(s) waited peer_wait (%g s) for peer %s without getting it and came from the source; raise "
+                    "shard_staging_peer_wait if that peer is only slow" % (count, params["peer_wait"], peer))
     # A "dest" key would make exit_json add the directory's owner and mode to the result.
     result.pop("dest")
     if result["failed_shards"] or result["errors"]:

@@ -4,6 +4,7 @@
 
 import hashlib
 import os
+import socket
 import threading
 import time
 from email.utils import formatdate
@@ -114,7 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self):
         server = self.server.shard_server
-        entry = {"path": self.path, "method": "HEAD", "range": None, "if_range": None, "client": self.client_address[1], "status": None, "sent": 0}
+        entry = {"path": self.path, "method": "HEAD", "range": None, "if_range": None, "authorization": self.headers.get("Authorization"),
+                 "host": self.headers.get("Host"), "client": self.client_address[1], "status": None, "sent": 0}
         server.record(entry)
         fault = server.take_fault(self.path)
         blob = server.blobs.get(self.path)
@@ -178,3 +180,83 @@ def make_shards(shard_server):
         return shards, contents
 
     return make
+
+
+class ForwardProxy(object):
+    """A forward proxy on 127.0.0.1: absolute-form GETs are sent on to their host (one request per connection), CONNECT
+    opens a tunnel. ``seen`` lists each request line it was asked for."""
+
+    def __init__(self):
+        self.seen = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                client, _address = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(client,), daemon=True).start()
+
+    def _handle(self, client):
+        with client:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, rest = data.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, _version = lines[0].split(" ")
+            self.seen.append(lines[0])
+            if method == "CONNECT":
+                host, port = target.rsplit(":", 1)
+                with socket.create_connection((host, int(port))) as upstream:
+                    client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    self._pipe(client, upstream)
+                return
+            scheme_host, _slash, path = target[len("http://"):].partition("/")
+            host, _colon, port = scheme_host.partition(":")
+            kept = [line for line in lines[1:] if not line.lower().startswith(("proxy-", "connection:"))]
+            request = "\r\n".join(["%s /%s HTTP/1.1" % (method, path)] + kept + ["Connection: close"]).encode("latin-1") + b"\r\n\r\n"
+            with socket.create_connection((host, int(port or 80))) as upstream:
+                upstream.sendall(request + rest)
+                self._pipe(client, upstream, one_way=True)
+
+    @staticmethod
+    def _pipe(client, upstream, one_way=False):
+        def copy(source, target):
+            try:
+                while True:
+                    chunk = source.recv(65536)
+                    if not chunk:
+                        break
+                    target.sendall(chunk)
+            except OSError:
+                pass
+            try:
+                target.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        if not one_way:
+            threading.Thread(target=copy, args=(client, upstream), daemon=True).start()
+        copy(upstream, client)
+
+    def close(self):
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def forward_proxy():
+    proxy = ForwardProxy()
+    yield proxy
+    proxy.close()

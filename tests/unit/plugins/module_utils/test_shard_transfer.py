@@ -213,11 +213,14 @@ def test_prune_removes_leftover_partials_of_unassigned_shards(tmp_path, make_sha
     shard_server.inject("half.tar", "truncate", after=32 * KIB)
     stage(shards, str(tmp_path), retries=0, **FAST)
     assert hidden_partials(str(tmp_path)) == [".half.tar.part", ".half.tar.part.state"]
-    (tmp_path / ".notes.part").write_bytes(b"not the engine's: no state file")
+    # What a run killed before its first checkpoint leaves: a part file without a state file.
+    (tmp_path / ".early.tar.part").write_bytes(b"first bytes")
+    (tmp_path / ".notes").write_bytes(b"not the engine's")
 
     stage([], str(tmp_path), prune=True, **FAST)
 
-    assert hidden_partials(str(tmp_path)) == [".notes.part"]
+    assert hidden_partials(str(tmp_path)) == []
+    assert (tmp_path / ".notes").read_bytes() == b"not the engine's"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,3 +159,14 @@ def test_a_streamed_list_with_a_bad_url_fails_naming_it(tmp_path, capsys, monkey
     streamed_file.write_text(json.dumps([{"name": "x.tar", "url": "ftp://store/x.tar"}]))
     result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source, streamed_file=str(streamed_file)))
     assert result["failed"] is True and "ftp://store/x.tar" in result["msg"]
+
+
+def test_credentials_are_never_in_the_module_output(tmp_path, capsys, monkeypatch, source):
+    secret = "m0dule-s3cret"
+    shards = [dict(shard) for shard in source] + [{"name": "gone.tar", "url": "http://127.0.0.1:9/gone.tar"}]
+    result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=shards, retries=0, timeout=2,
+                                                  url_username="reader", url_password=secret,
+                                                  headers={"X-Api-Key": secret}, proxy="http://u:%s@127.0.0.1:9" % secret))
+    assert result["_exit_code"] == 1 and result["fetched"] == 3
+    assert [failure["name"] for failure in result["failed_shards"]] == ["gone.tar"]
+    assert secret not in json.dumps(result)
