@@ -6,32 +6,76 @@ import gc
 import hashlib
 import json
 import os
+import re
+import ssl
 import tempfile
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote, urlsplit
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
-from ansible.module_utils.urls import open_url
 from ansible.plugins.action import ActionBase
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import basic_authorization
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url, split_user_info
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
     ShardPlanError, expand_source, host_shards, host_streamed, make_plan, parse_index, peer_roles, shard_records)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
 
 HEAD_CONCURRENCY = 32
 # Threads writing the nodes' list files: each write waits on an fsync, and a thousand nodes' files overlap them.
 WRITE_CONCURRENCY = 8
 
 
-def read_url(url, timeout):
+USER_AGENT = "dlinfra.gpu_cluster-shard_plan/1"
+_USER_INFO_RE = re.compile(r"://[^/@\s]*@")
+
+
+class SourceAccess(object):
+    """How the planner reaches a dataset's store, as the engine on the nodes does: the dataset's headers and Basic
+    credentials (url_username / url_password, else the user info of its source URLs), its proxy (shard_proxy: the
+    environment's, read as curl reads it, unless the dataset names one; no_proxy either way) and its CA bundle.
+    Credentials go to the store's origin only: a redirect does not carry them."""
+
+    def __init__(self, dataset, user=None, password=None):
+        self.headers = dict(dataset.get("headers") or {})
+        if dataset.get("url_username"):
+            user, password = dataset["url_username"], dataset.get("url_password")
+        if user is not None:
+            self.headers.setdefault("Authorization", basic_authorization(user, password))
+        try:
+            self.proxies = Proxies(dataset.get("proxy"))
+        except ProxyError as exc:
+            raise ShardPlanError("dataset %r: %s" % (dataset.get("name"), exc))
+        self.ca_file = dataset.get("ca_file")
+        self._context = None
+
+    def open(self, url, method, timeout):
+        parts = urlsplit(url)
+        proxy = self.proxies.for_origin(parts.scheme, parts.hostname or "")
+        if self._context is None and parts.scheme == "https":
+            self._context = ssl.create_default_context(cafile=self.ca_file)
+        handlers = [urllib.request.ProxyHandler({parts.scheme: "http://%s:%d" % (proxy.host, proxy.port)} if proxy else {}),
+                    urllib.request.HTTPSHandler(context=self._context)]
+        request = urllib.request.Request(url, method=method, headers={"User-Agent": USER_AGENT})
+        for name, value in self.headers.items():
+            request.add_unredirected_header(name, value)
+        if proxy is not None and proxy.authorization:
+            request.add_header("Proxy-Authorization", proxy.authorization)
+        return urllib.request.build_opener(*handlers).open(request, timeout=timeout)
+
+
+def read_url(url, timeout, access=None):
     """The text behind an http(s):// or file:// URL, or a path on the controller."""
     if url.startswith(("http://", "https://")):
-        return to_native(open_url(url, timeout=timeout, http_agent="dlinfra.gpu_cluster-shard_plan/1").read())
+        with (access or SourceAccess({})).open(url, "GET", timeout) as response:
+            return to_native(response.read())
     path = unquote(urlsplit(url).path) if url.startswith("file://") else url
     with open(path, encoding="utf-8") as handle:
         return handle.read()
 
 
-def probe_size(url, timeout):
+def probe_size(url, timeout, access=None):
     """The size of one shard: Content-Length from a HEAD request, or the size of a file:// path seen from the controller."""
     if url.startswith("file://"):
         path = unquote(urlsplit(url).path)
@@ -41,29 +85,49 @@ def probe_size(url, timeout):
             raise ShardPlanError("shard %s: cannot read its size on the controller (%s); give the dataset an index with sizes "
                                  "when its file:// source is mounted only on the nodes" % (url, exc.strerror))
     try:
-        response = open_url(url, method="HEAD", timeout=timeout, http_agent="dlinfra.gpu_cluster-shard_plan/1")
-        length = response.headers.get("Content-Length")
-    except Exception as exc:  # open_url raises HTTPError, URLError, socket and SSL errors alike
-        raise ShardPlanError("shard %s: HEAD request failed (%s); check the URL or give the dataset an index with sizes" % (url, exc))
+        with (access or SourceAccess({})).open(url, "HEAD", timeout) as response:
+            length = response.headers.get("Content-Length")
+    except Exception as exc:  # urllib raises HTTPError, URLError, socket and SSL errors alike
+        raise ShardPlanError("shard %s: HEAD request failed (%s); check the URL or give the dataset an index with sizes"
+                             % (redact_url(url), exc))
     if length is None or not length.isdigit():
-        raise ShardPlanError("shard %s: the server sent no Content-Length; give the dataset an index with sizes" % url)
+        raise ShardPlanError("shard %s: the server sent no Content-Length; give the dataset an index with sizes" % redact_url(url))
     return int(length)
 
 
+def _without_user_info(dataset, urls):
+    """The URLs without user info, and the one (user, password) they carried (None, None if none): the plan, the lists and
+    the messages never hold a secret; the role hands the credentials to the nodes with no_log."""
+    stripped, found = [], set()
+    for url in urls:
+        plain, user, password = split_user_info(url)
+        stripped.append(plain)
+        if user is not None:
+            found.add((user, password))
+    if len(found) > 1:
+        raise ShardPlanError("dataset %r: its source URLs carry different user info; give the dataset url_username and "
+                             "url_password instead" % dataset["name"])
+    return stripped, (found.pop() if found else (None, None))
+
+
 def learn_shards(dataset, timeout):
-    urls = expand_source(dataset["source"])
+    urls, (user, password) = _without_user_info(dataset, expand_source(dataset["source"]))
+    access = SourceAccess(dataset, user, password)
     index = None
     if dataset.get("index"):
+        index_url, index_user, index_password = split_user_info(dataset["index"])
+        index_access = SourceAccess(dataset, index_user, index_password) if index_user is not None else access
         try:
-            text = read_url(dataset["index"], timeout)
-        except Exception as exc:  # open_url and open raise HTTP, URL, socket and OS errors alike
-            raise ShardPlanError("dataset %r: cannot read its index %s (%s); check the URL or path" % (dataset["name"], dataset["index"], exc))
-        index = parse_index(text, origin=dataset["index"])
+            text = read_url(index_url, timeout, index_access)
+        except Exception as exc:  # urllib and open raise HTTP, URL, socket and OS errors alike
+            raise ShardPlanError("dataset %r: cannot read its index %s (%s); check the URL or path"
+                                 % (dataset["name"], redact_url(dataset["index"]), exc))
+        index = parse_index(text, origin=redact_url(dataset["index"]))
     records = shard_records(urls, index)
     unknown = [record for record in records if record["size"] is None]
     if unknown:
         with ThreadPoolExecutor(HEAD_CONCURRENCY) as pool:
-            for record, size in zip(unknown, pool.map(lambda r: probe_size(r["url"], timeout), unknown)):
+            for record, size in zip(unknown, pool.map(lambda r: probe_size(r["url"], timeout, access), unknown)):
                 record["size"] = size
     return records
 
@@ -236,7 +300,8 @@ class ActionModule(ActionBase):
             try:
                 planned = self._plan_one(dataset, space, plan_dir, timeout)
             except ShardPlanError as exc:
-                raise AnsibleActionFail(to_native(exc))
+                # A message may quote a source pattern as the user wrote it: its user info never reaches the output.
+                raise AnsibleActionFail(_USER_INFO_RE.sub("://***@", to_native(exc)))
             result["datasets"][name] = planned
             result["changed"] = result["changed"] or planned["changed"]
             diff_before.append(planned.pop("_before"))

@@ -190,3 +190,32 @@ def test_a_dataset_too_big_for_the_nodes_fails_saying_it_must_be_streamed(tmp_pa
     done, _result = run_plan(tmp_path, free=(10**6, 10**6, 10**6), reserve=500000)
     assert done.returncode != 0
     assert "are missing. Stream it from distributed storage instead" in done.stdout, done.stdout
+
+
+PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
+
+
+def test_the_planner_sends_the_sources_credentials_and_never_shows_them(shard_server):
+    shard_server.add("d-0.tar", b"x" * 100)
+    source = shard_server.url("d-{0..1}.tar").replace("http://", "http://reader:s3cret@")
+    with pytest.raises(ShardPlanError) as raised:
+        learn_shards({"name": "d", "source": source}, timeout=5)  # d-1.tar is missing: a HEAD fails
+    assert "s3cret" not in str(raised.value) and "reader" not in str(raised.value)
+    heads = shard_server.requests()
+    assert {entry["authorization"] for entry in heads} == {"Basic cmVhZGVyOnMzY3JldA=="}
+    records = learn_shards({"name": "d", "source": shard_server.url("d-0.tar").replace("http://", "http://reader:s3cret@")}, timeout=5)
+    assert records[0]["url"] == shard_server.url("d-0.tar")  # what the plan and the lists hold: no user info
+
+
+def test_the_planner_and_the_engine_choose_the_same_proxy(shard_server, forward_proxy, monkeypatch):
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    shard_server.add("d-0.tar", b"x" * 100)
+    monkeypatch.setenv("http_proxy", forward_proxy.url)
+    monkeypatch.setenv("no_proxy", "localhost")  # not 127.0.0.1: curl compares names and addresses as written
+    assert probe_size(shard_server.url("d-0.tar"), timeout=5) == 100
+    assert forward_proxy.seen == ["HEAD %s HTTP/1.1" % shard_server.url("d-0.tar")]
+    forward_proxy.seen.clear()
+    monkeypatch.setenv("no_proxy", "127.0.0.0/8")
+    assert probe_size(shard_server.url("d-0.tar"), timeout=5) == 100
+    assert forward_proxy.seen == []

@@ -1,0 +1,106 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The shard_staging role run for real by ansible-playbook -vvv (two targets on local connections) against a store that
+wants HTTP Basic credentials, given as user info in the source URL, with one shard missing there: the play fails on that
+shard only, the store received the Authorization header on every request, and the password appears nowhere: not in the
+-vvv output, not in any file under the nodes' dest, not in the controller's plan or lists."""
+import base64
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
+SECRET = "Pl4y-s3cret-%d" % os.getpid()
+PLAYBOOK = """
+- hosts: stage_targets
+  gather_facts: false
+  roles:
+    - role: shard_staging
+      vars:
+        shard_staging_datasets:
+          - {name: ds, source: "%(source)s", index: "%(index)s", mode: partition, replicas: 1}
+"""
+
+
+class _PrivateStore(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, body):
+        self.server.authorizations.append(self.headers.get("Authorization"))
+        data = self.server.blobs.get(self.path.split("?")[0])
+        status = 401 if self.headers.get("Authorization") != self.server.expected else (200 if data is not None else 404)
+        self.send_response(status)
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Basic realm="store"')
+        data = data if status == 200 else b""
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def do_HEAD(self):
+        self._answer(False)
+
+    def do_GET(self):
+        self._answer(True)
+
+
+def _holding(root, secret):
+    found = []
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                with open(path, "rb") as handle:
+                    if secret.encode() in handle.read():
+                        found.append(path)
+    return found
+
+
+def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PrivateStore)
+    server.daemon_threads = True
+    server.expected = "Basic " + base64.b64encode(("reader:" + SECRET).encode()).decode()
+    server.authorizations = []
+    server.blobs = {}
+    index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "ds", "shardlist": []}
+    base = "http://127.0.0.1:%d" % server.server_address[1]
+    for number in range(6):
+        data = bytes([number]) * (10000 + number)
+        if number != 3:  # p-03.tar is missing at the store
+            server.blobs["/p-%02d.tar" % number] = data
+        index["shardlist"].append({"url": "%s/p-%02d.tar" % (base, number), "nsamples": 1, "filesize": len(data),
+                                   "sha256": hashlib.sha256(data).hexdigest()})
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    source = base.replace("http://", "http://reader:%s@" % SECRET) + "/p-{00..05}.tar"
+    (tmp_path / "play.yml").write_text(PLAYBOOK % {"source": source, "index": tmp_path / "index.json"})
+    hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
+                    "shard_staging_root: %s/n%d, shard_staging_poll_interval: 1, shard_staging_retries: 0}\n" % (i, tmp_path, i)
+                    for i in range(2))
+    (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"))
+    command = [sys.executable, "-m", "ansible", "playbook", "-vvv", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
+    try:
+        play = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    output = play.stdout + play.stderr
+
+    assert play.returncode != 0, output
+    assert "p-03.tar" in output and "HTTP 404" in output, output
+    assert SECRET not in output
+    staged = sorted(name for node in ("n0", "n1") for name in os.listdir(tmp_path / node / "ds") if name.startswith("p-"))
+    assert staged == ["p-00.tar", "p-01.tar", "p-02.tar", "p-04.tar", "p-05.tar"]
+    assert _holding(tmp_path / "n0", SECRET) == [] and _holding(tmp_path / "n1", SECRET) == []
+    assert _holding(tmp_path / ".shard_staging", SECRET) == []  # the plan and the lists, beside the inventory
+    assert server.authorizations and set(server.authorizations) == {server.expected}
