@@ -139,9 +139,16 @@ def final_progress(last, result):
 
 # -- waiting ---------------------------------------------------------------------------------------
 
+# The first looks at the job come this soon, then ever further apart (a quarter of the time waited so far), up to poll: a
+# short fetch is seen done within a second or so, not up to poll seconds late; an hours-long one is looked at every poll.
+FIRST_POLL = 0.5
+POLL_GROWTH = 0.25
+
+
 def wait_for(status, show, poll, interval, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Call status() every poll seconds until it says the job finished (or failed) and return what it said; call show()
-    every interval seconds (None: never) meanwhile. Raises AnsibleActionFail after timeout seconds."""
+    """Call status() (at FIRST_POLL, then a quarter of the time waited, at most every poll seconds) until it says the job
+    finished (or failed) and return what it said; call show() every interval seconds (None: never) meanwhile. Raises
+    AnsibleActionFail after timeout seconds."""
     start = clock()
     deadline = start + timeout
     next_status = start
@@ -151,7 +158,8 @@ def wait_for(status, show, poll, interval, timeout, clock=time.monotonic, sleep=
             state = status()
             if state.get("finished") or state.get("failed"):
                 return state
-            next_status = clock() + poll
+            waited = clock() - start
+            next_status = clock() + min(poll, max(FIRST_POLL, waited * POLL_GROWTH))
         if clock() >= next_show:
             show()
             while next_show <= clock():
