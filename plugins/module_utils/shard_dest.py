@@ -37,7 +37,7 @@ class UnsafeFileError(OSError):
     It is never opened through the link. str() is the whole message, naming the path and the fix."""
 
     def __str__(self):
-        return self.strerror
+        return "%s" % self.strerror
 
 
 def _refuse(shown, info):
