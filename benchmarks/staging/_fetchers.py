@@ -169,12 +169,15 @@ class RolePath(Fetcher):
         base = shards[0]["url"].rsplit("/", 1)[0]
         index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": case.name,
                  "shardlist": [{"url": shard["url"], "nsamples": 1, "filesize": shard["size"], "sha256": shard["sha256"]} for shard in shards]}
-        with open(os.path.join(case.source_dir, "index.json"), "w") as handle:
+        # Beside the case's directory, not in it: rclone copies that whole directory.
+        index_name = "%s-index.json" % case.name
+        with open(os.path.join(os.path.dirname(case.source_dir), index_name), "w") as handle:
             json.dump(index, handle)
         if [shard["name"] for shard in shards] != case.shard_names():
             raise ValueError("the role stages the case's whole brace pattern; it cannot take a subset")
         source = "%s/shard-{%06d..%06d}.tar" % (base, 0, len(shards) - 1)
-        datasets = {"shard_staging_datasets": [{"name": case.name, "source": source, "index": base + "/index.json", "dest": dest}],
+        index_url = "%s/%s" % (base.rsplit("/", 1)[0], index_name)
+        datasets = {"shard_staging_datasets": [{"name": case.name, "source": source, "index": index_url, "dest": dest}],
                     "shard_staging_plan_dir": self._path("plan")}
         with open(self._path("vars.json"), "w") as handle:
             json.dump(datasets, handle)
