@@ -10,7 +10,7 @@ import re
 import ssl
 import tempfile
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from urllib.parse import unquote, urlsplit
 
 from ansible.errors import AnsibleActionFail
@@ -23,6 +23,8 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan imp
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
 
 HEAD_CONCURRENCY = 32
+# Shards whose size the planner may learn with a HEAD request each; a dataset with more unknown sizes needs an index.
+MAX_HEAD_PROBES = 10_000
 # Threads writing the nodes' list files: each write waits on an fsync, and a thousand nodes' files overlap them.
 WRITE_CONCURRENCY = 8
 
@@ -125,10 +127,22 @@ def learn_shards(dataset, timeout):
         index = parse_index(text, origin=redact_url(dataset["index"]))
     records = shard_records(urls, index)
     unknown = [record for record in records if record["size"] is None]
+    if len(unknown) > MAX_HEAD_PROBES:
+        raise ShardPlanError("dataset %r: %d shards have no size in an index, and the planner asks at most %d of them with HEAD "
+                             "requests; give the dataset an index with sizes (a wids-shard-index-v1 JSON with filesize)"
+                             % (dataset["name"], len(unknown), MAX_HEAD_PROBES))
     if unknown:
         with ThreadPoolExecutor(HEAD_CONCURRENCY) as pool:
-            for record, size in zip(unknown, pool.map(lambda r: probe_size(r["url"], timeout, access), unknown)):
-                record["size"] = size
+            futures = [pool.submit(probe_size, record["url"], timeout, access) for record in unknown]
+            done, _pending = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((future for future in futures if future in done and future.exception() is not None), None)
+            if failed is not None:
+                # The first failure ends the probing: the queued requests are dropped, not sent.
+                for future in futures:
+                    future.cancel()
+                raise failed.exception()
+            for record, future in zip(unknown, futures):
+                record["size"] = future.result()
     return records
 
 

@@ -6,6 +6,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -219,3 +220,24 @@ def test_the_planner_and_the_engine_choose_the_same_proxy(shard_server, forward_
     monkeypatch.setenv("no_proxy", "127.0.0.0/8")
     assert probe_size(shard_server.url("d-0.tar"), timeout=5) == 100
     assert forward_proxy.seen == []
+
+
+def test_a_dataset_too_large_to_plan_is_refused_at_once_without_expanding_it():
+    started = time.monotonic()
+    with pytest.raises(ShardPlanError, match="has more than 2000000 values"):
+        learn_shards({"name": "d", "source": "http://store/d-{0000000..9999999}.tar"}, timeout=5)
+    assert time.monotonic() - started < 1
+
+
+def test_more_unknown_sizes_than_the_planner_asks_for_need_an_index(shard_server):
+    with pytest.raises(ShardPlanError, match="10001 shards have no size in an index, and the planner asks at most 10000"):
+        learn_shards({"name": "d", "source": shard_server.url("d-{00000..10000}.tar")}, timeout=5)
+    assert shard_server.requests() == []
+
+
+def test_the_first_failed_head_request_stops_the_others(shard_server):
+    for number in range(1, 600):
+        shard_server.add("d-%03d.tar" % number, b"x")
+    with pytest.raises(ShardPlanError, match=r"d-000\.tar: HEAD request failed"):
+        learn_shards({"name": "d", "source": shard_server.url("d-{000..599}.tar")}, timeout=5)
+    assert len(shard_server.requests()) < 600 // 2
