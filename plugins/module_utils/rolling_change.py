@@ -1,0 +1,72 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a version change does to a running GPU node: whether it must be drained, and whether its kernel module can be
+reloaded or the node must reboot (issue 18, day-2 changes).
+
+``decide(installed, target)`` compares what a node has with what the inventory pins and returns the plan for that node.
+It is pure (no I/O), so every combination is unit-tested; the upgrade playbook gathers ``installed`` from the node
+(package versions, the loaded module's version from /sys/module/nvidia/version, the running and newest installed
+kernels, GPU processes from nvidia_gpu_facts) and carries the plan out.
+
+Components: ``driver`` (the NVIDIA driver package, its kernel module built by DKMS; the fabric manager, where used,
+always moves with it), ``toolkit`` (nvidia-container-toolkit: the container runtime restarts), ``nccl`` (the library:
+ranks of one job must not mix versions, so the node leaves the scheduler while it changes), ``microk8s`` (the snap
+channel: kubelet and containerd restart) and ``kernel`` (a newer kernel is installed than the one running).
+"""
+
+COMPONENTS = ("driver", "toolkit", "nccl", "microk8s")
+
+
+def _differs(installed, target, key):
+    wanted = target.get(key)
+    return bool(wanted) and installed.get(key) != wanted
+
+
+def decide(installed, target):
+    """The plan for one node: a dict with
+
+    - ``change``: the components to change, in the order to change them (``fabric_manager`` right after ``driver``);
+    - ``drain``: whether the node must be cordoned and drained first (any change, or a pending reboot or reload);
+    - ``reboot``: whether it must reboot to finish (a new kernel, or a driver module that cannot be reloaded);
+    - ``reload``: whether unloading and loading the NVIDIA modules finishes the driver change instead of a reboot;
+    - ``reasons``: one sentence per decision, for the run's summary.
+
+    Call it again after the drain: ``gpu_processes`` then tells whether the module can be reloaded.
+
+    ``installed``: driver, driver_loaded (the running module's version; None when none is loaded), fabric_manager
+    (None when not installed), toolkit, nccl, microk8s (channel), kernel_running, kernel_newest, gpu_processes (count),
+    module_holders (count of users of the nvidia modules other than GPU processes, e.g. nvidia-persistenced).
+    ``target``: driver, toolkit, nccl, microk8s (a falsy value: not pinned, never changed).
+    """
+    change, reasons = [], []
+    for component in COMPONENTS:
+        if _differs(installed, target, component):
+            change.append(component)
+            reasons.append("%s %s -> %s" % (component, installed.get(component) or "absent", target[component]))
+            if component == "driver" and installed.get("fabric_manager") is not None:
+                change.append("fabric_manager")
+                reasons.append("fabric_manager moves with the driver to %s" % target["driver"])
+    if "driver" not in change and installed.get("fabric_manager") not in (None, installed.get("driver")):
+        change.append("fabric_manager")
+        reasons.append("fabric_manager %s does not match the driver %s" % (installed["fabric_manager"], installed.get("driver")))
+
+    driver_after = target.get("driver") or installed.get("driver")
+    loaded = installed.get("driver_loaded")
+    module_stale = loaded is not None and loaded != driver_after
+    if module_stale:
+        reasons.append("the loaded driver module is %s, the package %s" % (loaded, driver_after))
+    new_kernel = bool(installed.get("kernel_newest")) and installed.get("kernel_newest") != installed.get("kernel_running")
+    if new_kernel:
+        reasons.append("kernel %s is installed, %s is running" % (installed["kernel_newest"], installed.get("kernel_running")))
+
+    reload = reboot = False
+    if new_kernel:
+        reboot = True
+    elif module_stale:
+        if installed.get("gpu_processes") or installed.get("module_holders"):
+            reboot = True
+            reasons.append("the driver module is in use, so it cannot be reloaded: reboot")
+        else:
+            reload = True
+            reasons.append("nothing holds the GPUs: reload the driver modules instead of rebooting")
+    return {"change": change, "drain": bool(change) or reboot or reload, "reboot": reboot, "reload": reload, "reasons": reasons}
