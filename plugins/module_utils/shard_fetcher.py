@@ -72,8 +72,9 @@ class Transfer(object):
         self.check_mode = check_mode
         # Shards of up to this many bytes are left to the run's group commit; -1: every shard is fsynced alone.
         self.group_commit_bytes = -1
-        # Names whose .part.state file the scan found (only these can be resumed).
+        # Names whose .part.state file the scan found (only these can be resumed), and those checkpointed since.
         self.states = frozenset()
+        self.resumable = set()
         # PeerSources when other nodes of the run hand this one some of its shards; None: everything from the sources.
         self.peers = None
         # Headers for the sources only, never for peers (e.g. Authorization from url_username / url_password or headers).
@@ -153,7 +154,7 @@ class Transfer(object):
             return None
 
     def _fetch(self, shard):
-        part = Partial(self.dest, shard, self.checkpoint_bytes, shard.name in self.states)
+        part = Partial(self.dest, shard, self.checkpoint_bytes, shard.name in self.states or shard.name in self.resumable)
         is_file = shard.url.startswith("file://")
         attempt = mismatches = 0
         try:
@@ -231,16 +232,21 @@ class Transfer(object):
         peers = self.peers
         conns = self._local.conns
         url = base + shard_path(shard.name)
+        # A part a peer started (in this run, or in one that was killed) goes on from its durable end: every peer names a
+        # shard's copy by its sha256 (ETag), so If-Range holds whichever peer the rest comes from.
+        offset = part.resume_offset(self.buffer_size)
+        headers = dict(peers.headers(), **{"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+        if offset:
+            headers.update(Range="bytes=%d-" % offset, **{"If-Range": part.validator})
         try:
-            response, origin = open_url(url, dict(peers.headers(), **{"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}),
-                                        conns, direct=True)
+            response, origin = open_url(url, headers, conns, direct=True)
         except (TransientError, PermanentError, OSError) as exc:
             if peers.unreachable(peer, describe(exc)) and peers.may_wait(shard.name):
                 return Outcome("deferred", shard)
             return None
         peers.answered(peer)
         status = response.status
-        if status != 200:
+        if status not in (200, 206):
             try:
                 response.read(64 * 1024)
                 conns.release(origin, response)
@@ -252,26 +258,41 @@ class Transfer(object):
                 peers.give_up(peer, "it refused this run's token")
             return None
         try:
-            part.restart(validator_of(response), content_length(response))
+            total = self._accept(response, part, offset)
+            if total is _RESTART:
+                # The part came from another copy than the peer now has: start it again from this peer's first byte.
+                conns.drop(origin)
+                part.reset()
+                return self._ask_peer(shard, part, peer, base)
             part.expected_sha256 = shard.sha256 or response.getheader("X-Shard-Sha256")
-            if shard.size is not None and part.total != shard.size:
-                raise ChecksumError("it has %s bytes, expected %d" % (part.total, shard.size))
-            self._receive(response, part, part.total)
+            if shard.size is not None and total != shard.size:
+                raise ChecksumError("it has %s bytes, expected %d" % (total, shard.size))
+            self._receive(response, part, total)
             outcome = self._finish(shard, part)
         except ChecksumError as exc:
             conns.drop(origin)
             part.discard()
             peers.sent_bad_data(peer, shard.name, str(exc))
             return None
-        except (TransientError, OSError) as exc:
+        except (TransientError, PermanentError, OSError) as exc:
             conns.drop(origin)
-            part.reset()
+            self._keep_for_resume(shard, part)
             if peers.unreachable(peer, describe(exc)) and peers.may_wait(shard.name):
                 return Outcome("deferred", shard)
             return None
         conns.release(origin, response)
         outcome.peer = peer
         return outcome
+
+    def _keep_for_resume(self, shard, part):
+        """Make what arrived durable and resumable (a later attempt in this run, or a later run, goes on from there)."""
+        try:
+            part.checkpoint()
+        except LocalError:
+            part.reset()
+            return
+        if part.has_state:
+            self.resumable.add(shard.name)
 
     # -- HTTP ------------------------------------------------------------------------------------
 

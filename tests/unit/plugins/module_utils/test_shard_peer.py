@@ -317,3 +317,63 @@ def test_a_shard_that_waited_out_its_peer_is_counted_under_that_peer(monkeypatch
     assert sources.waited_out == {"gpu1": 1}
     assert not sources.may_wait("b.tar")
     assert sources.waited_out == {"gpu1": 2}
+
+
+class _DroppingPeer(BaseHTTPRequestHandler):
+    """A peer whose first answer for a shard breaks off after ``cut`` bytes; later asks with Range and the If-Range of its
+    sha256 ETag get the rest (206), as PeerServer answers them. ``asked`` records each request's Range."""
+    protocol_version = "HTTP/1.1"
+    contents = {}
+    asked = []
+    cut = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        name = self.path.rsplit("/", 1)[1]
+        if self.path.startswith("/done/"):
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+            return
+        data = self.contents[name]
+        etag = '"sha256-%s"' % hashlib.sha256(data).hexdigest()
+        ranged = self.headers.get("Range")
+        self.asked.append(ranged)
+        start = int(ranged[6:-1]) if ranged and self.headers.get("If-Range") == etag else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.send_header("ETag", etag)
+        self.send_header("X-Shard-Sha256", hashlib.sha256(data).hexdigest())
+        if start:
+            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, len(data) - 1, len(data)))
+        self.end_headers()
+        if len(self.asked) == 1:
+            self.wfile.write(data[:self.cut])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(data[start:])
+
+
+def test_a_transfer_from_a_peer_that_breaks_off_goes_on_from_where_it_stopped(tmp_path, make_shards, shard_server, monkeypatch):
+    shards, contents = make_shards({"a.tar": 512 * KIB})
+    monkeypatch.setattr(_DroppingPeer, "contents", contents)
+    monkeypatch.setattr(_DroppingPeer, "asked", [])
+    monkeypatch.setattr(_DroppingPeer, "cut", 300 * KIB)
+    peer_server = ThreadingHTTPServer(("127.0.0.1", 0), _DroppingPeer)
+    threading.Thread(target=peer_server.serve_forever, daemon=True).start()
+    try:
+        peer = dict(node="n2", token=TOKEN, peers={"n1": "http://127.0.0.1:%d" % peer_server.server_address[1]},
+                    sources={"a.tar": "n1"}, wait=5.0)
+        result = stage(shards, str(tmp_path / "n2"), peer=peer, **FAST)
+    finally:
+        peer_server.shutdown()
+        peer_server.server_close()
+    assert result["failed_shards"] == [] and result["from_peers"] == 1
+    assert_holds_everything(tmp_path / "n2", contents)
+    assert _DroppingPeer.asked == [None, "bytes=%d-" % (300 * KIB)]
+    assert result["peers"]["from_peers"] == {"n1": 512 * KIB}  # every byte once: nothing received twice
+    assert shard_server.requests() == []
