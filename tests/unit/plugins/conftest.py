@@ -3,7 +3,11 @@
 """A local HTTP/1.1 shard server (127.0.0.1 only) whose faults are chosen per path, for the transfer tests."""
 
 import hashlib
+import ipaddress
 import os
+import shutil
+import ssl
+import subprocess
 import socket
 import threading
 import time
@@ -260,3 +264,25 @@ def forward_proxy():
     proxy = ForwardProxy()
     yield proxy
     proxy.close()
+
+
+@pytest.fixture
+def self_signed(tmp_path):
+    """self_signed(host) -> (the certificate's path, a server SSLContext holding it): a self-signed certificate for host
+    (an IP address or a DNS name), which only a client given that file as its CA trusts."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+
+    def make(host):
+        key, cert = str(tmp_path / ("%s.key" % host)), str(tmp_path / ("%s.pem" % host))
+        try:
+            ipaddress.ip_address(host)
+            alt = "IP:" + host
+        except ValueError:
+            alt = "DNS:" + host
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+                        "-subj", "/CN=" + host, "-addext", "subjectAltName=" + alt], check=True, capture_output=True)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        return cert, context
+    return make

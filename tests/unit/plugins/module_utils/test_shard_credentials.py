@@ -3,10 +3,10 @@
 """Private stores through stage(): credentials reach the store, and never the result, an error message, or any file in
 dest (journal, state files, hand-off lists), in a run that fails on one shard and succeeds on the others; a private CA."""
 
+import http.server
 import os
-import shutil
 import ssl
-import subprocess
+import threading
 
 import pytest
 
@@ -81,15 +81,8 @@ def test_unusable_source_access_is_refused_before_anything_changes_without_showi
     assert not (tmp_path / "dest").exists()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test CA")
-def test_a_private_ca_is_refused_naming_the_host_then_accepted_with_ca_file(tmp_path, monkeypatch):
-    key, cert = str(tmp_path / "key.pem"), str(tmp_path / "cert.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    import http.server
-    import threading
+def test_a_private_ca_is_refused_naming_the_host_then_accepted_with_ca_file(tmp_path, self_signed):
+    cert, context = self_signed("localhost")
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

@@ -6,10 +6,8 @@ unusable URLs, and TLS."""
 
 import hashlib
 import os
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
@@ -182,13 +180,8 @@ def test_urls_an_http_request_cannot_carry_fail_without_a_request(tmp_path, raw_
     assert server.connections == 0
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
-def test_https_with_a_verified_certificate(tmp_path, raw_server, monkeypatch):
-    key, cert = str(tmp_path / "key.pem"), str(tmp_path / "cert.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_context.load_cert_chain(cert, key)
+def test_https_with_a_verified_certificate(tmp_path, raw_server, monkeypatch, self_signed):
+    cert, server_context = self_signed("127.0.0.1")
     head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(DATA)
     server = raw_server(lambda path, number: (head + DATA, False), tls_context=server_context)
     dest = str(tmp_path / "dest")

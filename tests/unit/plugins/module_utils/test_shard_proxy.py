@@ -3,10 +3,8 @@
 """Proxies: the choice of proxy per origin as curl makes it, and a real forward proxy in the test that must see every
 request to the store when a proxy is set, none for a host in no_proxy, and HTTPS through a CONNECT tunnel."""
 
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
@@ -89,13 +87,8 @@ def test_http_proxy_sees_every_request_and_none_for_a_no_proxy_host(tmp_path, ma
     assert forward_proxy.seen == []
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a test certificate")
-def test_https_goes_through_the_proxy_with_connect(tmp_path, forward_proxy, monkeypatch):
-    key, cert = str(tmp_path / "key.pem"), str(tmp_path / "cert.pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
+def test_https_goes_through_the_proxy_with_connect(tmp_path, forward_proxy, monkeypatch, self_signed):
+    cert, context = self_signed("127.0.0.1")
     body = b"tls through a tunnel" * 100
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
