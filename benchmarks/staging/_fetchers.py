@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -130,6 +131,30 @@ class Engine(Fetcher):
             raise ToolFailed("the engine exited %d: %s" % (done.returncode, result.get("error") or result.get("errors") or failed[:3]))
         keep = ("fetched", "confirmed", "verified", "fetched_bytes", "elapsed", "throughput", "changed", "warnings")
         return {key: result[key] for key in keep if key in result}
+
+
+class EngineInlineList(Engine):
+    """The engine given its shard list inline in the config: every shard is parsed, checked and planned against the
+    journal, as on a re-run whose shard-list file differs from the last complete run's."""
+
+    name = "engine-inline"
+    label = "shard_transfer, list inline (parsed and planned)"
+
+    def _write_inputs(self, case, shards, dest):
+        with open(self._path("config.json"), "w") as handle:
+            json.dump({"shards": shards, "dest": dest, "concurrency": ENGINE_CONCURRENCY}, handle)
+        return [sys.executable, "-m", ENGINE_MODULE, self._path("config.json")]
+
+
+def journal_version(collections_dir):
+    """The journal format of the engine under collections_dir (JOURNAL_VERSION in its shard_dest.py; 1 where it has none)."""
+    path = os.path.join(collections_dir, "ansible_collections", "dlinfra", "gpu_cluster", "plugins", "module_utils", "shard_dest.py")
+    try:
+        with open(path) as handle:
+            found = re.search(r"^JOURNAL_VERSION = (\d+)$", handle.read(), re.MULTILINE)
+    except OSError:
+        return 1
+    return int(found.group(1)) if found else 1
 
 
 def engine_from(checkout, letter="b"):

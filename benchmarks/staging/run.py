@@ -29,7 +29,8 @@ import time
 
 import bench_plan
 from _dataset import Case, check_copy, random_pattern, write_same_files
-from _fetchers import FETCHERS, Engine, RolePath, StreamThroughSha256, StreamToNull, ToolFailed, engine_from, run_logged
+from _fetchers import (FETCHERS, Engine, EngineInlineList, RolePath, StreamThroughSha256, StreamToNull, ToolFailed, engine_from, journal_version,
+                       run_logged)
 from _server import PACKAGES, Nginx, ServerUnavailable, ensure_packages, find_command, sync_and_drop_caches
 
 KIB = 1 << 10
@@ -231,8 +232,18 @@ class Bench(object):
             if details.get("fetched") != 0 or details.get("confirmed") != case.count or details.get("changed"):
                 raise ToolFailed("the re-run was not a no-op: %s" % details)
 
+        # The run before a re-run was given the same shard-list file (the HTTP one, not the seeding's file:// one).
+        self.log("%s: one untimed run with the HTTP shard list, as the run before a re-run" % case.title)
+        check_engine(engine.fetch())
         measures = [Measure("engine", "shard_transfer re-run (journal)", engine.fetch, after=check_engine, warm=engine.warm)]
+        inline = EngineInlineList(self.path("scratch", "noop-inline"), self.settings["timeout"])
+        inline.prepare(case, case.shards, staged)
+        measures.append(Measure(inline.name, inline.label + " re-run", inline.fetch, after=check_engine, warm=inline.warm))
         for other_class in self.other_engines:
+            if journal_version(other_class.collections_dir) != journal_version(Engine.collections_dir):
+                self.add_row(case.title, other_class.name, other_class.label + " re-run",
+                             status="skipped: its journal format differs from this engine's, so the staged tree is not its no-op")
+                continue
             other = other_class(self.path("scratch", "noop-" + other_class.name), self.settings["timeout"])
             other.prepare(case, case.shards, staged)
             measures.append(Measure(other.name, other.label + " re-run", other.fetch, after=check_engine, warm=other.warm))

@@ -4,6 +4,7 @@
 
 import contextlib
 import gc
+import hashlib
 import itertools
 import json
 import re
@@ -43,20 +44,48 @@ def cyclic_gc_paused():
 
 def _load_json(path, option):
     try:
-        with open(path, "rb") as handle, cyclic_gc_paused():
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
         raise StagingError("cannot read %s %s: %s" % (option, path, exc))
+    return _parse_json(data, path, option)
+
+
+def _parse_json(data, path, option):
+    try:
+        with cyclic_gc_paused():
+            return json.loads(data)
+    except ValueError as exc:
+        raise StagingError("cannot read %s %s: %s" % (option, path, exc))
+
+
+class ShardListFile(object):
+    """A shard list in a JSON file (a list of shard objects, or an object with a "shards" list), read once.
+
+    ``digest`` (the sha256 of its bytes) lets a re-run recognise the list the journal last recorded as complete and
+    confirm the shards from the journal and a directory scan without parsing the list (see stage())."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            with open(path, "rb") as handle:
+                self.data = handle.read()
+        except OSError as exc:
+            raise StagingError("cannot read shards_file %s: %s" % (path, exc))
+        self.digest = hashlib.sha256(self.data).hexdigest()
+
+    def load(self):
+        data = _parse_json(self.data, self.path, "shards_file")
+        if isinstance(data, dict):
+            data = data.get("shards")
+        if not isinstance(data, list):
+            raise StagingError("shards_file %s must hold a JSON list of shards or an object with a 'shards' list" % self.path)
+        return data
 
 
 def load_shards_file(path):
     """Read a shard list from a JSON file: a list of shard objects, or an object with a "shards" list."""
-    data = _load_json(path, "shards_file")
-    if isinstance(data, dict):
-        data = data.get("shards")
-    if not isinstance(data, list):
-        raise StagingError("shards_file %s must hold a JSON list of shards or an object with a 'shards' list" % path)
-    return data
+    return ShardListFile(path).load()
 
 
 def load_peer_file(path):

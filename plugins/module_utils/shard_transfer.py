@@ -30,7 +30,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest imp
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import SOURCE_ACCESS_KEYS, GroupCommit, Outcome, TaskQueue, Transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import cyclic_gc_paused, load_shards_file, normalize_shards, redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, cyclic_gc_paused, normalize_shards, redact_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
 
@@ -72,8 +72,11 @@ def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, back
 class _Run(object):
     """The state of one stage() call: plan, transfers, journal updates, prune and the result."""
 
-    def __init__(self, shards, dest, journal_path, settings):
+    def __init__(self, shards, dest, journal_path, settings, listed=None):
+        # None while a re-run may still confirm every shard from the journal without reading the list (listed, a
+        # ShardListFile, is then the list the journal was last completed for).
         self.shards = shards
+        self.listed = listed
         self.dest = dest
         self.journal_path = journal_path
         self.settings = settings
@@ -122,10 +125,48 @@ class _Run(object):
             raise StagingError("dest %s is not writable: %s; fix its permissions or choose another dest" % (dest, exc.strerror or exc))
 
     def load_journal(self):
+        if self.journal is not None:
+            return
         real_dest = os.path.realpath(self.dest)
-        self.journal = Journal.load(self.journal_path, real_dest)
+        with cyclic_gc_paused():
+            self.journal = Journal.load(self.journal_path, real_dest)
         if self.journal.warning:
             self.warnings.append(self.journal.warning)
+
+    @property
+    def names(self):
+        """The shard names of this run (while the list is unread, the journal's: they are the same, see confirm_unchanged)."""
+        if self.shards is None:
+            return self.journal.names()
+        return [shard.name for shard in self.shards]
+
+    def read_list(self):
+        with cyclic_gc_paused():
+            self.shards = normalize_shards(self.listed.load())
+
+    def confirm_unchanged(self, files, states):
+        """A re-run given, byte for byte, the list the journal was completed for (Journal.complete_for) needs no list:
+        the journal's entries are then exactly its shards, with the sizes and sha256 the list gives. When every entry's
+        file is still there with the recorded size and mtime, and no engine leftovers are, all are confirmed, as plan()
+        would have. Returns False (nothing counted) otherwise: the list is then read and planned as usual."""
+        if states or self.partials or not self.journal.matches(files):
+            return False
+        self.counts["confirmed"] = len(self.journal)
+        if self.server is not None:
+            for name, entry in self.journal.entries.items():
+                self.server.publish(name, entry[0], entry[1], entry[2])
+        return True
+
+    def mark_complete(self):
+        """After the run: whether the journal now holds exactly the listed shards, all staged (see confirm_unchanged)."""
+        if self.listed is None or self.check_mode:
+            return
+        complete = not self.failed and not self.errors and (self.shards is None or self._journal_is_the_list())
+        self.journal.mark_complete(self.listed.digest if complete else None)
+
+    def _journal_is_the_list(self):
+        entries = self.journal.entries
+        return len(entries) == len(self.shards) and all(shard.name in entries for shard in self.shards)
 
     @staticmethod
     def partial_sizes(files):
@@ -216,7 +257,7 @@ class _Run(object):
         if self.settings["progress_interval"] is None or self.check_mode:
             return None
         progress = Progress(os.path.join(self.dest, PROGRESS_NAME), self.settings["progress_interval"],
-                            self.settings["progress_id"], len(self.shards), self.needed,
+                            self.settings["progress_id"], len(self.names), self.needed,
                             lambda: in_flight_bytes(self.dest, self.active, self.partials))
         progress.write(self.counts, self.failed)
         return progress
@@ -367,7 +408,7 @@ class _Run(object):
 
     def prune(self, partials, states):
         """Remove staged shards that are no longer assigned, and the engine's leftovers for them."""
-        assigned = set(shard.name for shard in self.shards)
+        assigned = set(self.names)
         for name in [name for name in self.journal.entries if name not in assigned]:
             size, mtime_ns = self.journal.entries[name][:2]
             path = os.path.join(self.dest, name)
@@ -412,7 +453,7 @@ class _Run(object):
         result = dict(counts)
         result.update(
             changed=bool(counts["fetched"] or counts["removed"]),
-            total=len(self.shards),
+            total=len(self.shards) if self.shards is not None else self.counts["confirmed"],
             failed_shards=self.failed,
             errors=self.errors,
             fetched_names=self.fetched_names,
@@ -443,7 +484,12 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
           checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None,
           progress_interval=5.0, progress_id=None, source_access=None):
-    """Bring dest in line with shards (a list of {name, url, size, sha256} mappings) and return a result dict.
+    """Bring dest in line with shards (a list of {name, url, size, sha256} mappings, or a ShardListFile) and return a
+    result dict.
+
+    A run given a ShardListFile records in the journal when dest holds exactly that list's shards; a later run given the
+    same bytes (verify quick) confirms them from the journal and the directory scan without parsing the list again
+    (see _Run.confirm_unchanged): a no-op re-run over a million shards is then a scan and a comparison.
 
     Raises StagingError, before anything is changed, for invalid input, an unusable dest, too little free
     space or a concurrent run. Per-shard failures do not raise: they are listed in result["failed_shards"]
@@ -474,14 +520,20 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
                     group_commit_bytes=group_commit_bytes, commit_interval=commit_interval, progress_interval=progress_interval,
                     progress_id=progress_id)
     lock = None if check_mode else DirectoryLock(dest)
+    listed = shards if isinstance(shards, ShardListFile) else None
     scan = run = None
     try:
         # Where dest already exists, its scan starts first (under the lock) so its workers overlap the validation.
         if check_mode or lock.acquire(if_possible=True):
             scan = DirectoryScan(dest, min(os.cpu_count() or 1, SCAN_WORKERS))
-        with cyclic_gc_paused():
-            shards = normalize_shards(shards)
-        run = _Run(shards, dest, journal_path, settings)
+        run = _Run(None, dest, journal_path, settings, listed)
+        if listed is not None and scan is not None and verify == "quick":
+            run.load_journal()
+        if listed is None:
+            with cyclic_gc_paused():
+                run.shards = normalize_shards(shards)
+        elif run.journal is None or run.journal.complete_for != listed.digest:
+            run.read_list()
         unknown = sorted(set(source_access or {}) - set(SOURCE_ACCESS_KEYS))
         if unknown:
             raise StagingError("source_access has unknown keys %s; give %s" % (", ".join(unknown), ", ".join(SOURCE_ACCESS_KEYS)))
@@ -508,7 +560,7 @@ def _set_up_peers(run, settings):
         run.transfer.peers = PeerSources(token, settings["peers"], settings["sources"], settings["wait"], settings["node"],
                                          settings["linger"])
     if settings["downstream"]:
-        run.server = PeerServer(run.dest, settings["address"], settings["port"], token, [shard.name for shard in run.shards],
+        run.server = PeerServer(run.dest, settings["address"], settings["port"], token, run.names,
                                 settings["downstream"], settings["linger"])
 
 
@@ -541,7 +593,12 @@ def _stage_serving(run, scan, verify, prune, started):
             unlink_quietly(os.path.join(run.dest, PROGRESS_NAME))
         partials = run.partials = run.partial_sizes(files)
         run.transfer.states = frozenset(states)
-        tasks = run.plan(files, verify)
+        if run.shards is None and run.confirm_unchanged(files, states):
+            tasks = []
+        else:
+            if run.shards is None:
+                run.read_list()
+            tasks = run.plan(files, verify)
     run.check_space(tasks, partials)
     if run.server is not None:
         try:
@@ -554,6 +611,7 @@ def _stage_serving(run, scan, verify, prune, started):
         run.warnings.append("prune skipped: %d shards failed, so nothing unassigned was removed" % len(run.failed))
     elif prune:
         run.prune(partials, states)
+    run.mark_complete()
     if run.journal.dirty and not run.check_mode:
         run._save_journal()
     return run.result(started)
@@ -566,7 +624,7 @@ def _main(argv):
     with open(argv[1]) as handle:
         config = json.load(handle)
     try:
-        shards = load_shards_file(config.pop("shards_file")) if "shards_file" in config else config.pop("shards")
+        shards = ShardListFile(config.pop("shards_file")) if "shards_file" in config else config.pop("shards")
         result = stage(shards, **config)
     except StagingError as exc:
         sys.stdout.write(json.dumps({"error": str(exc)}) + "\n")

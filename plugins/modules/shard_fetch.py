@@ -19,7 +19,8 @@ description:
     (or Last-Modified) and size; otherwise it starts again from the first byte.
   - A journal in O(dest) records every staged shard (size, mtime, sha256, source validator). A re-run
     confirms staged shards from one directory scan without reading them, and O(prune) only ever removes
-    shards that this module staged.
+    shards that this module staged. When O(shards_file) holds the same bytes as the last run that left every
+    shard staged, the re-run compares the journal with the scan without parsing the list.
   - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal), C(.shard_fetch.lock) and C(.shard_fetch.progress) in O(dest)
     belong to this module.
   - One failing shard does not stop the others; the task fails at the end listing every failed shard
@@ -367,7 +368,7 @@ journal:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import load_peer_file, load_shards_file, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, load_peer_file, load_shards_file, normalize_shards
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
 FAILURES_IN_MESSAGE = 20
@@ -447,7 +448,8 @@ def main():
                              "module by its name dlinfra.gpu_cluster.shard_fetch, or pass shards_file / streamed_file / peer_file on the node")
     try:
         if params["shards_file"] is not None:
-            shards = load_shards_file(params["shards_file"])
+            # Read once; a re-run given the same bytes as the last complete one confirms dest without parsing them.
+            shards = ShardListFile(params["shards_file"])
         else:
             # Suboptions fill absent keys with None; the engine wants only what was given.
             shards = [dict((key, value) for key, value in shard.items() if value is not None) for shard in params["shards"]]
@@ -483,7 +485,8 @@ def main():
         module.fail_json(msg=_failure_message(result, params["dest"]), **result)
     if params["handoff_ranks"] is not None:
         try:
-            result["handoff_changed"] = write_handoff(params["dest"], shards, params["handoff_ranks"], module.check_mode,
+            listed = shards.load() if isinstance(shards, ShardListFile) else shards
+            result["handoff_changed"] = write_handoff(params["dest"], listed, params["handoff_ranks"], module.check_mode,
                                                       streamed=streamed)
         except (StagingError, OSError) as exc:
             module.fail_json(msg="shards are staged in %s but the hand-off lists could not be written: %s" % (params["dest"], exc), **result)

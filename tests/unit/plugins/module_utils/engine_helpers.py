@@ -3,6 +3,7 @@
 """What the shard engine's tests share: fast retry settings and checks of a dest directory."""
 
 import hashlib
+import json
 import os
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
@@ -14,6 +15,19 @@ MIB = 1024 * 1024
 def sha256_of(path):
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read()).hexdigest()
+
+
+def read_journal(path):
+    with open(path) as handle:
+        return journal_entries(handle.read())
+
+
+def journal_entries(text):
+    """What a journal (its JSON text) records, read from its on-disk columns: name -> [size, mtime_ns, sha256, validator]."""
+    columns = json.loads(text)
+    assert columns["version"] == 2
+    return dict((name, list(entry)) for name, *entry in
+                zip(columns["names"], columns["sizes"], columns["mtimes"], columns["sha256"], columns["validators"]))
 
 
 def visible(dest):

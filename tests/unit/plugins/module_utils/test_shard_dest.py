@@ -19,7 +19,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest imp
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
-from engine_helpers import FAST, KIB, fingerprint, outside_target, plant_link, visible
+from engine_helpers import FAST, KIB, fingerprint, outside_target, plant_link, read_journal, visible
 
 
 def test_a_journal_of_another_dest_is_refused(tmp_path, make_shards):
@@ -41,10 +41,34 @@ def test_an_unreadable_journal_means_reverify_and_no_prune(tmp_path, make_shards
     assert visible(str(tmp_path)) == ["a.tar", "b.tar"]
 
 
-def test_malformed_journal_entries_are_dropped_and_reverified(tmp_path, make_shards, shard_server):
+def _as_version1(journal_path):
+    """Rewrite a journal in the version 1 layout ({"shards": {name: [size, mtime_ns, sha256, validator]}})."""
+    entries = read_journal(str(journal_path))
+    data = json.loads(journal_path.read_text())
+    journal_path.write_text(json.dumps({"version": 1, "dest": data["dest"], "shards": entries}))
+    return entries
+
+
+def test_a_version1_journal_is_read_and_saved_as_version2(tmp_path, make_shards, shard_server):
     shards, contents = make_shards({"a.tar": KIB, "b.tar": KIB})
     stage(shards, str(tmp_path), **FAST)
     journal_path = tmp_path / JOURNAL_NAME
+    entries = _as_version1(journal_path)
+
+    assert stage(shards, str(tmp_path), **FAST)["confirmed"] == 2
+    more, _ = make_shards({"c.tar": KIB})
+    result = stage(shards + more, str(tmp_path), **FAST)
+
+    assert (result["confirmed"], result["fetched"], result["warnings"]) == (2, 1, [])
+    now = read_journal(str(journal_path))
+    assert {name: now[name] for name in entries} == entries and sorted(now) == ["a.tar", "b.tar", "c.tar"]
+
+
+def test_malformed_version1_entries_are_dropped_and_reverified(tmp_path, make_shards, shard_server):
+    shards, contents = make_shards({"a.tar": KIB, "b.tar": KIB})
+    stage(shards, str(tmp_path), **FAST)
+    journal_path = tmp_path / JOURNAL_NAME
+    _as_version1(journal_path)
     journal = json.loads(journal_path.read_text())
     journal["shards"]["a.tar"] = "garbage"
     journal_path.write_text(json.dumps(journal))
@@ -53,7 +77,28 @@ def test_malformed_journal_entries_are_dropped_and_reverified(tmp_path, make_sha
 
     assert (result["verified"], result["confirmed"], result["fetched"]) == (1, 2, 0)
     assert any("malformed" in warning for warning in result["warnings"])
-    assert json.loads(journal_path.read_text())["shards"]["a.tar"][2] == shards[0]["sha256"]
+    assert read_journal(str(journal_path))["a.tar"][2] == shards[0]["sha256"]
+
+
+@pytest.mark.parametrize("damage", ["short column", "name not a string", "column missing"])
+def test_a_malformed_version2_journal_is_not_trusted(tmp_path, make_shards, shard_server, damage):
+    shards, contents = make_shards({"a.tar": KIB, "b.tar": KIB})
+    stage(shards, str(tmp_path), **FAST)
+    journal_path = tmp_path / JOURNAL_NAME
+    journal = json.loads(journal_path.read_text())
+    if damage == "short column":
+        journal["sizes"].pop()
+    elif damage == "name not a string":
+        journal["names"][0] = 7
+    else:
+        del journal["validators"]
+    journal_path.write_text(json.dumps(journal))
+
+    result = stage(shards, str(tmp_path), prune=True, **FAST)
+
+    assert (result["verified"], result["confirmed"], result["fetched"], result["removed"]) == (2, 2, 0, 0)
+    assert any("unknown format" in warning for warning in result["warnings"])
+    assert sorted(read_journal(str(journal_path))) == ["a.tar", "b.tar"]
 
 
 def _tree(path, count):

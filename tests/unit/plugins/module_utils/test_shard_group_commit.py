@@ -22,6 +22,8 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_d
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
+from engine_helpers import journal_entries, read_journal
+
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 KIB = 1024
@@ -42,8 +44,7 @@ def hidden_partials(dest):
 
 def journaled(dest):
     try:
-        with open(os.path.join(dest, JOURNAL_NAME)) as handle:
-            return json.load(handle)["shards"]
+        return read_journal(os.path.join(dest, JOURNAL_NAME))
     except FileNotFoundError:
         return {}
 
@@ -102,7 +103,7 @@ class StepLog(object):
         def write_atomically(path, data):
             # Logged before the journal file is written: what it lists must be durable already.
             if os.path.basename(path) == JOURNAL_NAME:
-                log.events.append(("journal", frozenset(json.loads(data)["shards"])))
+                log.events.append(("journal", frozenset(journal_entries(data))))
             real_write(path, data)
 
         monkeypatch.setattr(shard_transfer, "trusted_syncfs", trusted)

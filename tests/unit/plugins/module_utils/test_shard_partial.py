@@ -20,7 +20,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input im
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
-from engine_helpers import FAST, KIB, MIB, REPO_ROOT, assert_staged, fingerprint, hidden_partials, outside_target, plant_link, visible
+from engine_helpers import FAST, KIB, MIB, REPO_ROOT, assert_staged, fingerprint, hidden_partials, outside_target, plant_link, read_journal, visible
 
 
 def test_truncated_body_is_retried_with_a_range_request(tmp_path, make_shards, shard_server):
@@ -98,8 +98,7 @@ def test_kill_minus_9_mid_transfer_then_rerun_completes(tmp_path, make_shards, s
 
     def small_ones_journaled():
         try:
-            with open(journal_path) as handle:
-                journaled = json.load(handle)["shards"]
+            journaled = read_journal(str(journal_path))
             return all(name in journaled for name in contents if name != "big.tar")
         except (OSError, ValueError):
             return False

@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
@@ -45,11 +46,13 @@ def peer_settings(shards, ports, node, wait=10.0, linger=10.0):
                 downstream=[other for other in NODES if other != node], wait=wait, linger=linger)
 
 
-def run_nodes(tmp_path, shards, ports, nodes=NODES, **settings):
+def run_nodes(tmp_path, shards, ports, nodes=NODES, list_file=None, **settings):
+    """Each node's run in its own thread; with list_file, the nodes are given it (a ShardListFile) instead of shards."""
     results = {}
 
     def one(node):
-        results[node] = stage(shards, str(tmp_path / node), concurrency=3, peer=peer_settings(shards, ports, node, **settings), **FAST)
+        given = shards if list_file is None else ShardListFile(str(list_file))
+        results[node] = stage(given, str(tmp_path / node), concurrency=3, peer=peer_settings(shards, ports, node, **settings), **FAST)
 
     threads = [threading.Thread(target=one, args=(node,)) for node in nodes]
     for thread in threads:
@@ -107,6 +110,29 @@ def test_a_peer_that_never_comes_costs_time_not_correctness(tmp_path, make_shard
     # n4's three shards came from the source once per node that needed them; the others once.
     counts = {name: len(shard_server.requests(name)) for name in contents}
     assert sorted(counts.values()) == [1] * 9 + [3] * 3
+
+
+def test_complete_nodes_confirm_from_their_journal_and_still_serve_a_new_node(tmp_path, make_shards, shard_server, ports,
+                                                                              monkeypatch):
+    shards, contents = make_shards({"s-%03d.tar" % i: 32 * KIB for i in range(12)})
+    list_file = tmp_path / "shards.json"
+    list_file.write_text(json.dumps(shards))
+    first = run_nodes(tmp_path, shards, ports, nodes=NODES[:3], list_file=list_file, wait=1.0, linger=2.0)
+    assert all(first[node]["failed_shards"] == [] for node in NODES[:3])
+    reads, real_load = [], ShardListFile.load
+    monkeypatch.setattr(ShardListFile, "load", lambda listed: reads.append(listed) or real_load(listed))
+    requests_before = len(shard_server.requests())
+
+    again = run_nodes(tmp_path, shards, ports, list_file=list_file)
+
+    # Only the new node parsed the list; the others confirmed everything from their journal and served it.
+    assert len(reads) == 1
+    for node in NODES[:3]:
+        assert (again[node]["fetched"], again[node]["confirmed"], again[node]["changed"]) == (0, 12, False)
+    assert_holds_everything(tmp_path / "n4", contents)
+    assert (again["n4"]["fetched"], again["n4"]["from_peers"]) == (12, 9)
+    assert sum(again[node]["peers"]["served_bytes"] for node in NODES[:3]) == again["n4"]["peers"]["peer_bytes"] == 9 * 32 * KIB
+    assert len(shard_server.requests()) - requests_before == 3
 
 
 def test_a_peer_killed_mid_run_then_a_rerun_completes_it(tmp_path, make_shards, shard_server, ports):
