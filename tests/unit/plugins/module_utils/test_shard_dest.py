@@ -56,7 +56,7 @@ def test_a_version1_journal_is_read_and_saved_as_version2(tmp_path, make_shards,
     entries = _as_version1(journal_path)
 
     assert stage(shards, str(tmp_path), **FAST)["confirmed"] == 2
-    more, _ = make_shards({"c.tar": KIB})
+    more = make_shards({"c.tar": KIB})[0]
     result = stage(shards + more, str(tmp_path), **FAST)
 
     assert (result["confirmed"], result["fetched"], result["warnings"]) == (2, 1, [])
