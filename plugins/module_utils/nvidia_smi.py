@@ -173,6 +173,16 @@ def _active_clock_reasons(gpu):
     return None
 
 
+def _parse_processes(gpu):
+    """The processes using the GPU (<processes><process_info>: pid, type C/G/C+G, process_name, used_memory)."""
+    block = gpu.find("processes")
+    if block is None:
+        return []
+    return [{"pid": parse_int(text_value(info, "pid")), "name": text_value(info, "process_name"),
+             "type": text_value(info, "type"), "used_memory_mib": parse_mib(text_value(info, "used_memory"))}
+            for info in block.findall("process_info")]
+
+
 def _parse_gpu(index, gpu):
     mig_devices = gpu.find("mig_devices")
     return {
@@ -193,6 +203,7 @@ def _parse_gpu(index, gpu):
         "retired_pages": _parse_retired_pages(gpu),
         "remapped_rows": _parse_remapped_rows(gpu),
         "clock_event_reasons_active": _active_clock_reasons(gpu),
+        "processes": _parse_processes(gpu),
     }
 
 

@@ -306,6 +306,29 @@ gpus:
       type: list
       elements: str
       sample: [gpu_idle]
+    processes:
+      description:
+        - The processes using this GPU as nvidia-smi lists them (C(<processes>)); empty when none runs. The upgrade
+          playbook waits for these to end before it drains a node.
+      type: list
+      elements: dict
+      contains:
+        pid:
+          description: Process id (in the host's PID namespace).
+          type: int
+          sample: 23817
+        name:
+          description: Process name (the command nvidia-smi shows).
+          type: str
+          sample: python3
+        type:
+          description: V(C) compute, V(G) graphics, V(C+G) both.
+          type: str
+          sample: C
+        used_memory_mib:
+          description: GPU memory the process holds, in MiB; null where not reported.
+          type: int
+          sample: 40536
 driver_version:
   description: Driver version nvidia-smi reports; null unless the state is V(ok).
   type: str

@@ -410,3 +410,10 @@ def test_classify_error_carries_nvidia_smi_output():
     result = classify_driver_state(pci_gpu_count=1, nvidia_smi_found=True, nvidia_smi_rc=6, nvidia_smi_output=NO_DEVICES,
                                    kernel_module_version="535.54.03")
     assert result["message"] == "nvidia-smi exited with 6: No devices were found"
+
+
+def test_parse_nvidia_smi_xml_lists_the_processes_on_each_gpu():
+    idle = parse_nvidia_smi_xml((FIXTURES / "h100_80gb_hbm3_single_580_capture.xml").read_text())
+    busy = parse_nvidia_smi_xml((FIXTURES / "h100_80gb_hbm3_single_busy.xml").read_text())
+    assert idle["gpus"][0]["processes"] == []
+    assert busy["gpus"][0]["processes"] == [{"pid": 23817, "name": "python3", "type": "C", "used_memory_mib": 40536}]
