@@ -34,7 +34,10 @@ mapfile -t deps < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cach
 mapfile -t transport < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps" community.docker)
 
 step "galaxy-importer (the checks Galaxy runs on upload)"
-(cd "$work" && PATH="$repo/.venv/bin:$PATH" python -m galaxy_importer.main "$tarball" >"$work/importer.log" 2>&1) || { cat "$work/importer.log"; fail "galaxy-importer"; }
+# Its own empty HOME: a dlinfra.gpu_cluster installed earlier in ~/.ansible/collections would otherwise be what its
+# syntax check resolves the collection's FQCNs against, and a role or module new in the tarball would not be found.
+mkdir -p "$work/importer-home"
+(cd "$work" && HOME=$work/importer-home PATH="$repo/.venv/bin:$PATH" python -m galaxy_importer.main "$tarball" >"$work/importer.log" 2>&1) || { cat "$work/importer.log"; fail "galaxy-importer"; }
 tail -n 3 "$work/importer.log"
 if grep -E '^(ERROR|WARNING)' "$work/importer.log"; then fail "galaxy-importer reported the problems above"; fi
 
