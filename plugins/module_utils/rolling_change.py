@@ -14,7 +14,34 @@ ranks of one job must not mix versions, so the node leaves the scheduler while i
 channel: kubelet and containerd restart) and ``kernel`` (a newer kernel is installed than the one running).
 """
 
+import re
+
 COMPONENTS = ("driver", "toolkit", "nccl", "microk8s")
+
+
+def matches_pin(version, pin):
+    """Whether an installed package version satisfies a pin as the roles read pins: the pin itself, or a longer
+    version that starts with it at a boundary ('1.17.8' pins '1.17.8-1', '550' pins '550.163.01-1'; '1.17.8' does not
+    pin '1.17.80'); an epoch ('5:') on either side is ignored."""
+    if not version or not pin:
+        return False
+    version, pin = (re.sub(r"^[0-9]+:", "", str(v)) for v in (version, pin))
+    return version == pin or (version.startswith(pin) and version[len(pin)] in "-.~+:")
+
+
+def as_pinned(installed, target):
+    """``installed`` with each component that satisfies its pin written as the pin, so that decide() compares like
+    with like (the package '1.17.8-1' against the pin '1.17.8'); the loaded driver module follows the driver."""
+    result = dict(installed)
+    for component in COMPONENTS:
+        if target.get(component) and matches_pin(installed.get(component), target[component]):
+            result[component] = target[component]
+    driver = installed.get("driver")
+    for key in ("driver_loaded", "fabric_manager"):  # the module '550.163.01' and the package '550.163.01-1' agree
+        value = installed.get(key)
+        if value and driver and (value == driver or matches_pin(driver, value)):
+            result[key] = result["driver"]
+    return result
 
 
 def _differs(installed, target, key):
@@ -35,7 +62,9 @@ def decide(installed, target):
 
     ``installed``: driver, driver_loaded (the running module's version; None when none is loaded), fabric_manager
     (None when not installed), toolkit, nccl, microk8s (channel), kernel_running, kernel_newest, gpu_processes (count),
-    module_holders (count of users of the nvidia modules other than GPU processes, e.g. nvidia-persistenced).
+    module_holders (count of users of the nvidia modules other than GPU processes, e.g. nvidia-persistenced),
+    reboot_required (what the packages that ask for a reboot wrote to /run/reboot-required.pkgs, or a true value; a
+    kernel or library update on Debian and Ubuntu: a reboot, as for a newer kernel).
     ``target``: driver, toolkit, nccl, microk8s (a falsy value: not pinned, never changed).
     """
     change, reasons = [], []
@@ -58,6 +87,9 @@ def decide(installed, target):
     new_kernel = bool(installed.get("kernel_newest")) and installed.get("kernel_newest") != installed.get("kernel_running")
     if new_kernel:
         reasons.append("kernel %s is installed, %s is running" % (installed["kernel_newest"], installed.get("kernel_running")))
+    if installed.get("reboot_required"):
+        new_kernel = True
+        reasons.append("the system asks for a reboot (/run/reboot-required: %s)" % installed["reboot_required"])
 
     reload = reboot = False
     if new_kernel:

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import decide
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import as_pinned, decide, matches_pin
 
 OLD = {"driver": "550.127.05", "toolkit": "1.16.2", "nccl": "2.21.5", "microk8s": "1.30/stable"}
 NEW = {"driver": "570.133.20", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.31/stable"}
@@ -71,3 +71,30 @@ def test_a_fabric_manager_out_of_step_with_the_driver_is_brought_back():
     installed = node()
     installed["fabric_manager"] = "535.216.01"
     assert decide(installed, dict(OLD))["change"] == ["fabric_manager"]
+
+
+@pytest.mark.parametrize("version, pin, expected", [
+    ("1.17.8-1", "1.17.8", True), ("1.17.8", "1.17.8", True), ("1.17.80-1", "1.17.8", False),
+    ("550.163.01-1", "550", True), ("5501.0", "550", False), ("1:2.22.3-1+cuda12.6", "2.22.3", True),
+    ("2.22.3-1", "1:2.22.3", True), ("1.17.9-1", "1.17.8", False), (None, "1.17.8", False), ("1.17.8-1", "", False),
+])
+def test_matches_pin(version, pin, expected):
+    assert matches_pin(version, pin) is expected
+
+
+def test_as_pinned_compares_packages_with_pins_and_modules_with_packages():
+    installed = {"driver": "550.163.01-1", "driver_loaded": "550.163.01", "fabric_manager": "550.163.01-1",
+                 "toolkit": "1.17.8-1", "nccl": "2.22.3-1", "microk8s": "1.32/stable"}
+    same = as_pinned(installed, {"driver": "550", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.32/stable"})
+    assert decide(same, {"driver": "550", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.32/stable"})["drain"] is False
+    moved = as_pinned(installed, {"driver": "550", "toolkit": "1.17.9"})
+    plan = decide(moved, {"driver": "550", "toolkit": "1.17.9"})
+    assert (plan["change"], plan["reboot"], plan["reload"]) == (["toolkit"], False, False)
+    assert as_pinned(dict(installed, driver_loaded="535.216.01"), {"driver": "550"})["driver_loaded"] == "535.216.01"
+
+
+@pytest.mark.parametrize("reboot_required, held", [(False, False), ("linux-image-6.1.0-31-amd64", False), (True, True)])
+def test_a_reboot_the_system_asks_for_is_a_reboot(reboot_required, held):
+    installed = dict(node(held=held), reboot_required=reboot_required)
+    plan = decide(installed, dict(OLD))
+    assert (plan["drain"], plan["reboot"], plan["reload"]) == (bool(reboot_required), bool(reboot_required), False)
