@@ -58,7 +58,9 @@ lab() {
       false) docker start "$host" >/dev/null ;;
       *)
         echo "demo: starting $host ($image)"
-        docker run -d --name "$host" --hostname "$host" --network "$network" \
+        # --restart: a reboot inside (systemctl reboot ends systemd, PID 1) brings the container back, as a machine
+        # comes back; upgrade.yml's reboot of a node is tested with it (tests/harness/rolling_lab.py).
+        docker run -d --name "$host" --hostname "$host" --network "$network" --restart unless-stopped \
           --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
           -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
           -v "$double_state:/srv/microk8s-test-double" \

@@ -15,6 +15,7 @@ output formats (taken from MicroK8s' wrappers: status.py, add_token.py, join.py)
   kubectl get nodes|node [NAME] -o json | kubectl get KIND NAME -n NS -o json
   kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE [--dry-run=server|client|none]
   kubectl get pods -A -o json | kubectl cordon NAME | kubectl uncordon NAME
+  kubectl drain NAME [--ignore-daemonsets] [--delete-emptydir-data] [--timeout T]
 
 `kubectl apply --dry-run=server` checks each object as the API server would before storing it (known kind and
 apiVersion, a DNS-1123 name, a pod template with named containers that have images, a Job's restartPolicy, whole
@@ -29,7 +30,10 @@ labels match, as the real device plugin advertises GPUs only where it runs.
 
 `kubectl get pods` lists the device plugin's pods: one per node it serves (nvidia addon: namespace
 gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
-A node's `ready` in the state file is what a test flips to make it NotReady. `cordon` sets spec.unschedulable.
+A node's `ready` in the state file is what a test flips to make it NotReady. `cordon` sets spec.unschedulable;
+`drain` cordons and evicts (the only pods here are the device plugin's, which a DaemonSet owns: kubectl's
+--ignore-daemonsets is needed, as on a real cluster). Every kubectl call is appended to calls.log in the shared
+directory (a JSON line: time, node, arguments), the record the rolling-upgrade test reads.
 
 A worker (joined with --worker, marked by /var/snap/microk8s/current/var/lock/clustered.lock as in MicroK8s)
 refuses the cluster-wide commands, as the real one does. Every join token ever issued is kept in the state's
@@ -683,14 +687,40 @@ def kubectl_apply(args, cluster):
                                                     "client": " (dry run)"}[dry_run]))
 
 
+def kubectl_drain(args, cluster):
+    """Cordon, then evict the node's pods; DaemonSet pods stop it unless --ignore-daemonsets, as in kubectl."""
+    ignore_daemonsets = flag(args, "--ignore-daemonsets")
+    flag(args, "--delete-emptydir-data", "--force", "--disable-eviction")
+    take(args, "--timeout", "--grace-period", "--pod-selector")
+    name = args[0]
+    kubectl_cordon([name], cluster)
+    daemonset_pods = ["%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"])
+                      for pod in device_plugin_pods(cluster) if pod["spec"]["nodeName"] == name]
+    if daemonset_pods and not ignore_daemonsets:
+        die('error: unable to drain node "%s" due to error: cannot delete DaemonSet-managed Pods (use '
+            "--ignore-daemonsets to ignore): %s, continuing command...\nThere are pending nodes to be drained:\n %s"
+            % (name, ", ".join(daemonset_pods), name))
+    if daemonset_pods:
+        out("Warning: ignoring DaemonSet-managed Pods: %s" % ", ".join(daemonset_pods))
+    out("node/%s drained" % name)
+
+
+def record_call(argv):
+    """The calls log: one JSON line per kubectl command (time, the node it ran on, its arguments), which the tests
+    read to check the order of cordon, drain, verification and uncordon."""
+    with open(SHARED + "/calls.log", "a") as log:
+        log.write(json.dumps({"time": time.time(), "on": node_name(), "argv": argv}) + "\n")
+
+
 def cmd_kubectl(args):
     refuse_on_worker("kubectl")
     verb, rest = args[0], list(args[1:])
     handlers = {"get": kubectl_get, "label": kubectl_label, "apply": kubectl_apply, "cordon": kubectl_cordon,
-                "uncordon": lambda a, c: kubectl_cordon(a, c, unschedulable=False)}
+                "uncordon": lambda a, c: kubectl_cordon(a, c, unschedulable=False), "drain": kubectl_drain}
     if verb not in handlers:
         die("error: this test double knows kubectl %s" % ", ".join(sorted(handlers)))
     with cluster_state() as state:
+        record_call(["kubectl"] + list(args))
         cluster = local_cluster(state)[1]
         handlers[verb](rest, cluster)
 
