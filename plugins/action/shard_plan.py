@@ -261,7 +261,10 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
                                               "peer_assist")
                 if dataset.get(key) is not None}
     plan = make_plan(settings, shards, nodes, previous)
-    plan["sources"] = {record["name"]: {"url": record["url"], "sha256": record["sha256"]} for record in shards}
+    # The plan shows signed URLs' query values as *** (redact_url): its readers need no signature, and a store that signs
+    # its URLs afresh for each run does not make every run a change of plan. The node lists keep whole URLs (owner-only
+    # files: write_atomically's mkstemp): the nodes fetch with them.
+    plan["sources"] = {record["name"]: {"url": redact_url(record["url"]), "sha256": record["sha256"]} for record in shards}
     changes = plan["changes"]
     changed = (previous is None or changes["fetch_copies"] > 0 or changes["remove_copies"] > 0
                or previous.get("sources") != plan["sources"])

@@ -92,6 +92,23 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
     assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
 
 
+def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path):
+    def shards(signature):
+        return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
+                 "size": 100, "sha256": "%064x" % i} for i in range(4)]
+
+    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
+    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
+    first = plan_dataset(settings, shards("c0ffee01"), nodes, str(tmp_path), {}, check_mode=False)
+    plan_text = (tmp_path / "ds.plan.json").read_text()
+    assert "c0ffee01" not in plan_text and "X-Amz-Signature=***" in plan_text
+    lists = [pathlib.Path(path) for path in first["lists"].values()]
+    assert all("c0ffee01" in path.read_text() for path in lists)  # the nodes fetch with the signature
+    assert all(path.stat().st_mode & 0o077 == 0 for path in lists)
+    again = plan_dataset(settings, shards("c0ffee02"), nodes, str(tmp_path), {}, check_mode=False)
+    assert again["changed"] is False and "c0ffee02" in pathlib.Path(again["lists"]["n0"]).read_text()
+
+
 @pytest.mark.parametrize("free, ours, reserve, expected", [
     (1000, 300, 200, {"free_bytes": 800, "ours_bytes": 300}),
     (100, 300, 200, {"free_bytes": 0, "ours_bytes": 200}),  # free cannot cover the reserve: the rest comes off ours
