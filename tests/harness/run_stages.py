@@ -36,6 +36,8 @@ def stages():
     yield "as-a-user", [HARNESS + "/as_a_user.sh"]
     # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
     yield "validate", ["python", HARNESS + "/validate_lab.py"]
+    # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback and resume.
+    yield "rolling", ["python", HARNESS + "/rolling_lab.py"]
 
 
 def selected(name, only):
