@@ -1,0 +1,112 @@
+"""rolling_plan's main() on a fake node: dpkg-query and snap stand-ins on PATH printing their real formats, a sysfs tree
+with the nvidia module's version and users, a /boot with kernels and a reboot-required file."""
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.modules import rolling_plan
+
+PACKAGES = {"nvidia-smi": "hi  550.163.01-1", "nvidia-container-toolkit": "hi  1.17.8-1", "libnccl2": "ii  2.22.3-1",
+            "nvidia-fabricmanager-550": "rc  550.127.05-1"}  # rc: removed, its configuration left: not installed
+
+
+class FakeNode:
+    def __init__(self, root, loaded=None, refcnt=0, holders=(), kernels=(), reboot_pkgs=None):
+        self.root = root
+        self.bin, self.sysfs, self.boot, self.run = (root / name for name in ("bin", "sys", "boot", "run"))
+        for directory in (self.bin, self.sysfs, self.boot, self.run):
+            directory.mkdir()
+        # dpkg-query -W -f '${db:Status-Abbrev} ${Version}' NAME: the status letters, a space, the version.
+        cases = "\n".join("  %s) printf '%%s' '%s' ;;" % (name, line) for name, line in PACKAGES.items())
+        self._script("dpkg-query", 'case "$4" in\n%s\n  *) echo "dpkg-query: no packages found matching $4" >&2; exit 1 ;;\nesac' % cases)
+        self._script("snap", "printf 'Name      Version  Rev    Tracking     Publisher   Notes\\n"
+                             "microk8s  v1.32.3  8148   1.32/stable  canonical\\u2713  classic,held\\n'")
+        if loaded:
+            module = self.sysfs / "module" / "nvidia"
+            (module / "holders").mkdir(parents=True)
+            (module / "version").write_text(loaded + "\n")
+            (module / "refcnt").write_text("%d\n" % refcnt)
+            for name in holders:
+                (module / "holders" / name).mkdir()
+        for kernel in kernels:
+            (self.boot / ("vmlinuz-" + kernel)).write_text("")
+        if reboot_pkgs is not None:
+            (self.run / "reboot-required").write_text("*** System restart required ***\n")
+            (self.run / "reboot-required.pkgs").write_text(reboot_pkgs)
+
+    def _script(self, name, body):
+        path = self.bin / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+
+    def args(self, target, **extra):
+        return dict({"target": target, "sysfs_root": str(self.sysfs), "boot_dir": str(self.boot),
+                     "reboot_required_file": str(self.run / "reboot-required")}, **extra)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    def make(**kwargs):
+        fake = FakeNode(tmp_path, **kwargs)
+        monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % fake.bin)
+        return fake
+    return make
+
+
+def run_module(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            rolling_plan.main()
+    result = json.loads(capsys.readouterr().out)
+    result["_exit_code"] = exit_info.value.code
+    return result
+
+
+def test_a_node_at_its_pins_needs_nothing(node, capsys):
+    fake = node(loaded="550.163.01", refcnt=2, holders=("nvidia_uvm", "nvidia_modeset"), kernels=[os.uname().release])
+    result = run_module(capsys, fake.args({"driver": "550", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.32/stable"}))
+    assert result["_exit_code"] == 0 and result["changed"] is False
+    assert result["installed"]["toolkit"] == "1.17.8-1" and result["installed"]["driver"] == "550.163.01-1"
+    assert result["installed"]["microk8s"] == "1.32/stable" and result["installed"]["module_holders"] == 0
+    assert result["plan"] == {"change": [], "drain": False, "reboot": False, "reload": False, "reasons": []}
+
+
+def test_a_moved_toolkit_pin_drains_without_a_reboot(node, capsys):
+    result = run_module(capsys, node().args({"toolkit": "1.17.9"}))
+    assert result["plan"]["change"] == ["toolkit"]
+    assert (result["plan"]["drain"], result["plan"]["reboot"], result["plan"]["reload"]) == (True, False, False)
+    assert result["plan"]["reasons"] == ["toolkit 1.17.8-1 -> 1.17.9"]
+
+
+def test_a_component_the_node_lacks_is_left_to_site(node, capsys):
+    result = run_module(capsys, node().args({"nccl": "2.23.4"}, packages={"nccl": "libnccl-missing"}))
+    assert result["not_installed"] == ["nccl"] and result["plan"]["drain"] is False
+
+
+def test_a_removed_package_is_not_installed(node, capsys):
+    result = run_module(capsys, node().args({"toolkit": "1.17.8"}, packages={"fabric_manager": "nvidia-fabricmanager-550"}))
+    assert result["installed"]["fabric_manager"] is None
+
+
+def test_a_pending_reboot_and_a_newer_kernel_reboot(node, capsys):
+    fake = node(kernels=["6.12.9+deb13-amd64", "6.12.48+deb13-amd64"], reboot_pkgs="linux-image-amd64\n")
+    result = run_module(capsys, fake.args({"toolkit": "1.17.8"}))
+    assert result["installed"]["kernel_newest"] == "6.12.48+deb13-amd64"  # by version, not by string
+    assert result["installed"]["reboot_required"] == "linux-image-amd64"
+    assert result["plan"]["reboot"] is True and result["plan"]["drain"] is True
+
+
+def test_a_driver_module_held_by_persistenced_reboots_instead_of_reloading(node, capsys):
+    fake = node(loaded="550.127.05", refcnt=3, holders=("nvidia_uvm",))
+    result = run_module(capsys, fake.args({"driver": "550"}))
+    assert result["installed"]["module_holders"] == 2
+    assert (result["plan"]["reboot"], result["plan"]["reload"]) == (True, False)
+
+
+def test_an_unknown_component_is_refused(node, capsys):
+    result = run_module(capsys, node().args({"cuda": "12.6"}))
+    assert result["_exit_code"] == 1 and "unknown component(s) cuda" in result["msg"]
