@@ -414,6 +414,9 @@ def _is_tmpfs(path):
     return fstype == "tmpfs"
 
 
+CASES = ("big", "small", "noop", "plan")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one run each, correctness checks only (no targets)")
@@ -427,6 +430,8 @@ def parse_args(argv):
                         help="also measure the engine of another checkout of this repository (e.g. a git worktree of an older commit), "
                         "alternating with this one: an A/B comparison in one run; give it again for engine-c, engine-d")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (data, configs, logs) for inspection")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES),
+                        help="measure only these cases (default: all); the targets of the others read n/a")
     args = parser.parse_args(argv)
     if args.runs is not None and not 1 <= args.runs <= 5:
         parser.error("--runs must be between 1 and 5")
@@ -470,7 +475,7 @@ def main(argv=None):
         with Nginx(source_root, bench.path("nginx")) as nginx:
             bench.nginx = nginx
             bench.log("nginx on %s serving %s (%s); %s mode, median of %d rounds" % (nginx.base_url, source_root, bench.source_fs, mode, bench.runs))
-            for case in (big, small, noop):
+            for case in [case for case in (big, small, noop) if case.name in args.cases]:
                 bench.log("writing %s" % case.title)
                 case.create(source_root, nginx.base_url)
                 try:
@@ -480,7 +485,8 @@ def main(argv=None):
                         bench.fetch_case(case)
                 finally:
                     case.remove_source()
-        bench.plan_case()
+        if "plan" in args.cases:
+            bench.plan_case()
     except ServerUnavailable as exc:
         sys.stderr.write("staging benchmark: %s\n" % exc)
         return 3
