@@ -251,7 +251,7 @@ class ActionModule(ActionBase):
             watch = _Watch(self, task_vars, host, args, Board(args["progress_id"], list(hosts) + [host]))
         status = {}
         try:
-            status = wait_for(lambda: self._async_status(args["jid"], "status", task_vars), watch.show if watch else None,
+            status = wait_for(lambda: self._job_status(args["jid"], task_vars), watch.show if watch else None,
                               args["poll"], args["progress_interval"] if watch else None, args["timeout"])
         finally:
             if watch is not None:
@@ -263,10 +263,32 @@ class ActionModule(ActionBase):
             display.display(line)
         return result
 
+    def _async_dir(self):
+        return self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+
     def _async_status(self, jid, mode, task_vars):
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
-                                    module_args={"jid": jid, "mode": mode, "_async_dir": async_dir})
+                                    module_args={"jid": jid, "mode": mode, "_async_dir": self._async_dir()})
+
+    def _job_status(self, jid, task_vars):
+        """What one poll tells: {"finished": 0} while the job runs (see _job_running), else async_status's answer."""
+        if self._job_running(jid):
+            return {"finished": 0, "started": 1}
+        return self._async_status(jid, "status", task_vars)
+
+    def _job_running(self, jid):
+        """Whether the job file that Ansible's async wrapper keeps still holds its "started" marker (it is replaced by the
+        module's result when the job ends), from one `cat` on the node; None when that cannot tell. A module run per poll
+        (async_status) cost about 0.3 s of CPU on the node, taken from the fetch it waits for."""
+        shell = self._connection._shell
+        seen = self._low_level_execute_command("cat %s" % shell.quote(shell.join_path(self._async_dir(), jid)))
+        if seen.get("rc") != 0:
+            return None
+        try:
+            data = json.loads(seen.get("stdout") or "")
+        except ValueError:
+            return None
+        return isinstance(data, dict) and bool(data.get("started")) and not data.get("finished")
 
     def _read_progress(self, dest, run_id, task_vars):
         """The node's live progress for this run, or None (not written yet, or a file another run left)."""

@@ -154,7 +154,9 @@ def make_action(args, host="gpu1"):
     task.check_mode = False
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
-    return ActionModule(task, connection, PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+    action = ActionModule(task, connection, PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+    action._job_running = lambda jid: None  # polls ask _async_status (tests of _job_running stub the command instead)
+    return action
 
 
 def test_the_action_shows_progress_a_placeholder_and_the_summary_without_polling_lines(tmp_path, monkeypatch):
@@ -201,3 +203,39 @@ def test_the_action_without_a_progress_id_only_waits(monkeypatch):
 def test_intervals_must_be_positive(option):
     with pytest.raises(AnsibleActionFail, match="positive"):
         make_action({"jid": "1.2", option: 0}).run(task_vars={})
+
+
+def test_polls_read_the_job_file_and_only_the_end_runs_async_status(monkeypatch):
+    action = make_action(dict(jid="1.2", poll=0.01, progress_interval=0.01))
+    del action._job_running
+    running = '{"started": 1, "finished": 0, "ansible_job_id": "1.2"}'
+    seen = iter([{"rc": 0, "stdout": running}] * 6 + [{"rc": 0, "stdout": '{"changed": true, "fetched": 4}'}])
+    commands, looks = [], []
+
+    def low_level(command, *args, **kwargs):
+        commands.append(command)
+        return next(seen)
+
+    def async_status(jid, mode, task_vars):
+        looks.append(mode)
+        return {"finished": 1, "ansible_job_id": jid, "changed": True, "fetched": 4} if mode == "status" else {}
+
+    monkeypatch.setattr(action, "_low_level_execute_command", low_level)
+    monkeypatch.setattr(action, "_async_dir", lambda: "/root/.ansible_async")
+    monkeypatch.setattr(action, "_async_status", async_status)
+    action._connection._shell.quote = lambda text: "'%s'" % text
+    action._connection._shell.join_path = lambda *parts: "/".join(parts)
+
+    result = action.run(task_vars={"inventory_hostname": "gpu1"})
+
+    assert result["fetched"] == 4 and looks == ["status", "cleanup"]
+    assert commands == ["cat '/root/.ansible_async/1.2'"] * 7
+
+
+@pytest.mark.parametrize("seen", [{"rc": 1, "stdout": ""}, {"rc": 0, "stdout": "{half a file"}, {"rc": 0, "stdout": "[]"}])
+def test_a_job_file_that_cannot_be_read_leaves_the_answer_to_async_status(seen):
+    action = make_action({"jid": "1.2"})
+    del action._job_running
+    action._low_level_execute_command = lambda command, *args, **kwargs: seen
+    action._async_dir = lambda: "/root/.ansible_async"
+    assert action._job_running("1.2") in (None, False)
