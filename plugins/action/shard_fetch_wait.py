@@ -279,7 +279,7 @@ class ActionModule(ActionBase):
     def _job_running(self, jid):
         """Whether the job file that Ansible's async wrapper keeps still holds its "started" marker (it is replaced by the
         module's result when the job ends), from one `cat` on the node; None when that cannot tell. A module run per poll
-        (async_status) cost about 0.3 s of CPU on the node, taken from the fetch it waits for."""
+        (async_status) took about 0.2 s on the node (20 runs: 4.2 s), taken from the fetch it waits for."""
         shell = self._connection._shell
         seen = self._low_level_execute_command("cat %s" % shell.quote(shell.join_path(self._async_dir(), jid)))
         if seen.get("rc") != 0:
