@@ -24,13 +24,11 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
+
 WORK = ROOT / ".cache" / "rolling"
-USER_INVENTORY = ROOT / ".cache" / "as-a-user" / "inventory"
-FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi"
 CALLS = "/srv/microk8s-test-double/calls.log"
 STATE_FILE = "/var/lib/dlinfra/rolling_upgrade.json"
 DOUBLE_DIR = "/usr/local/lib/dlinfra-rolling-test-double"
@@ -38,20 +36,8 @@ NODES = ("sim-gpu1", "sim-gpu2")
 HEAD = "sim-head"
 
 
-def step(text):
-    print("\nrolling-lab: " + text, flush=True)
-
-
-def fail(text):
-    print("rolling-lab: FAILED: " + text, file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def sh(host, script, check=True):
-    done = subprocess.run(["docker", "exec", host, "sh", "-c", script], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        fail("on %s: %s: %s" % (host, script, done.stdout + done.stderr))
-    return done.stdout
+STAGE = Stage("rolling-lab")
+step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
 
 
 def install_collection():

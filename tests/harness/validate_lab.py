@@ -16,7 +16,6 @@
 """
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -25,30 +24,17 @@ from xml.etree import ElementTree
 
 import jsonschema
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
+
 WORK = ROOT / ".cache" / "validate"
-USER_INVENTORY = ROOT / ".cache" / "as-a-user" / "inventory"
-FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi"
 DATASET = "yt8m-mini"
 DOUBLE_DIR = "/usr/local/lib/dlinfra-validate-test-double"
 KUBECTL = ["/snap/bin/microk8s", "kubectl"]
 CORDON_LABEL = "dlinfra.io/validate-failed"
 
 
-def step(text):
-    print("\nvalidate-lab: " + text, flush=True)
-
-
-def fail(text):
-    print("validate-lab: FAILED: " + text, file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def sh(host, script, check=True):
-    done = subprocess.run(["docker", "exec", host, "sh", "-c", script], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        fail("on %s: %s: %s" % (host, script, done.stdout + done.stderr))
-    return done.stdout
+STAGE = Stage("validate-lab")
+step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
 
 
 def validate(name, *extra):

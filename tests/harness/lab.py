@@ -1,0 +1,31 @@
+"""What the checks on the simulated lab that as-a-user leaves up share (validate_lab.py, rolling_lab.py): where that
+lab's inventory and the recorded nvidia-smi outputs are, their messages, and a command on a lab node."""
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+USER_INVENTORY = ROOT / ".cache" / "as-a-user" / "inventory"
+FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi"
+
+
+class Stage(object):
+    """One stage's messages (prefixed with its name) and its commands on lab nodes; a failure ends the stage."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def step(self, text):
+        print("\n%s: %s" % (self.name, text), flush=True)
+
+    def fail(self, text):
+        print("%s: FAILED: %s" % (self.name, text), file=sys.stderr, flush=True)
+        sys.exit(1)
+
+    def sh(self, host, script, check=True):
+        """Run script with sh on the lab node host (docker exec); its stdout. A non-zero exit fails the stage unless check
+        is false."""
+        done = subprocess.run(["docker", "exec", host, "sh", "-c", script], capture_output=True, text=True, check=False)
+        if check and done.returncode != 0:
+            self.fail("on %s: %s: %s" % (host, script, done.stdout + done.stderr))
+        return done.stdout
