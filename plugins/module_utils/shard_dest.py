@@ -8,6 +8,7 @@ through a symbolic link: open_nofollow() and open_directory() refuse links, and 
 unpredictable names with O_CREAT|O_EXCL|O_NOFOLLOW."""
 
 import binascii
+import contextlib
 import errno
 import fcntl
 import gc
@@ -31,6 +32,19 @@ STATE_SUFFIX = ".part.state"
 SCAN_WORKERS = 4
 # Names create_temp() tries before it gives up (each is 64 random bits: a clash means something is wrong).
 _TEMP_ATTEMPTS = 8
+
+
+@contextlib.contextmanager
+def cyclic_gc_paused():
+    """Pause Python's cycle collector while 100,000-shard lists, journals and scans are built: they hold no reference
+    cycles, and each collection would walk every one of their objects again (it doubled a no-op re-run's CPU time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class UnsafeFileError(OSError):
@@ -345,13 +359,8 @@ class Journal(object):
     @property
     def entries(self):
         if self._columns is not None:
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
+            with cyclic_gc_paused():
                 self._entries = dict(zip(self._columns[0], map(list, zip(*self._columns[1:]))))
-            finally:
-                if enabled:
-                    gc.enable()
             self._columns = None
         return self._entries
 

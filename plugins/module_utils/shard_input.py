@@ -2,15 +2,13 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shard list a run is given: loading it from a file, and checking every shard before anything is changed."""
 
-import contextlib
-import gc
 import hashlib
 import itertools
 import json
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX, cyclic_gc_paused
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 
 MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
@@ -27,19 +25,6 @@ class Shard(object):
         self.url = url
         self.size = size
         self.sha256 = sha256
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused():
-    """Pause Python's cycle collector while 100,000-shard lists, journals and scans are built: they hold no reference
-    cycles, and each collection would walk every one of their objects again (it doubled a no-op re-run's CPU time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _load_json(path, option):

@@ -25,12 +25,12 @@ import threading
 import time
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
-    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryLock, DirectoryScan, Journal, create_temp, fsync_directory,
-    nearest_existing, trusted_syncfs, unlink_quietly)
+    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryLock, DirectoryScan, Journal, create_temp, cyclic_gc_paused,
+    fsync_directory, nearest_existing, trusted_syncfs, unlink_quietly)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import SOURCE_ACCESS_KEYS, GroupCommit, Outcome, TaskQueue, Transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, cyclic_gc_paused, normalize_shards, redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, normalize_shards, redact_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
 
