@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait for a node's async shard_fetch job and return its result: async_status polled here, so that a run of hours
+"""Wait for a node's async shard_fetch job and return its result: the job looked at from here, so that a run of hours
 prints no "retrying" line per node every few seconds. Instead, every progress_interval seconds, it reads the progress
 file the engine keeps in dest (see module_utils/shard_progress) and prints one line for the node, and, once per interval
 for all the nodes, a cluster-wide total; at the end a summary line per node.
@@ -14,6 +14,7 @@ import base64
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -139,36 +140,30 @@ def final_progress(last, result):
 
 # -- waiting ---------------------------------------------------------------------------------------
 
-# The first looks at the job come this soon, then ever further apart (a quarter of the time waited so far), up to poll: a
-# short fetch is seen done within a second or so, not up to poll seconds late; an hours-long one is looked at every poll.
-FIRST_POLL = 0.5
-POLL_GROWTH = 0.25
+# A look at the job waits on the node until the job ends or up to poll seconds (see ActionModule._job_status), checking its
+# job file this often: the end is seen within a quarter second, at the cost of a grep and a sleep per check on the node.
+TICK = 0.25
 
 
-def wait_for(status, show, poll, interval, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Call status() (at FIRST_POLL, then a quarter of the time waited, at most every poll seconds) until it says the job
-    finished (or failed) and return what it said; call show() every interval seconds (None: never) meanwhile. Raises
-    AnsibleActionFail after timeout seconds."""
+def wait_for(status, show, poll, interval, timeout, clock=time.monotonic):
+    """Call status(seconds) until it says the job finished (or failed) and return what it said. Each call may take up to
+    that many seconds, returning as soon as the job ends: at most poll, and never past the next show() or the deadline.
+    show() comes every interval seconds (None: never). Raises AnsibleActionFail after timeout seconds."""
     start = clock()
     deadline = start + timeout
-    next_status = start
     next_show = start + interval if interval else float("inf")
     while True:
-        if clock() >= next_status:
-            state = status()
-            if state.get("finished") or state.get("failed"):
-                return state
-            waited = clock() - start
-            next_status = clock() + min(poll, max(FIRST_POLL, waited * POLL_GROWTH))
-        if clock() >= next_show:
-            show()
-            while next_show <= clock():
-                next_show += interval
         now = clock()
         if now >= deadline:
             raise AnsibleActionFail("the fetch did not finish within %d s (shard_staging_fetch_time_limit); it goes on in the "
                                     "background on the node, and a re-run picks up what it staged" % timeout)
-        sleep(max(0.0, min(next_status, next_show, deadline) - now))
+        state = status(max(0.0, min(poll, next_show - now, deadline - now)))
+        if state.get("finished") or state.get("failed"):
+            return state
+        if clock() >= next_show:
+            show()
+            while next_show <= clock():
+                next_show += interval
 
 
 class Board(object):
@@ -251,12 +246,12 @@ class ActionModule(ActionBase):
             watch = _Watch(self, task_vars, host, args, Board(args["progress_id"], list(hosts) + [host]))
         status = {}
         try:
-            status = wait_for(lambda: self._job_status(args["jid"], task_vars), watch.show if watch else None,
+            status = wait_for(lambda wait: self._job_status(args["jid"], wait, task_vars), watch.show if watch else None,
                               args["poll"], args["progress_interval"] if watch else None, args["timeout"])
         finally:
             if watch is not None:
                 watch.board.finish(host, final_progress(watch.last, status))
-        self._async_status(args["jid"], "cleanup", task_vars)
+        self._cleanup(args["jid"], task_vars)
         result.update((key, value) for key, value in status.items() if key not in _BOOKKEEPING)
         line = summary_line(host, args["label"], result)
         if line:
@@ -270,25 +265,41 @@ class ActionModule(ActionBase):
         return self._execute_module(module_name="ansible.legacy.async_status", task_vars=task_vars,
                                     module_args={"jid": jid, "mode": mode, "_async_dir": self._async_dir()})
 
-    def _job_status(self, jid, task_vars):
-        """What one poll tells: {"finished": 0} while the job runs (see _job_running), else async_status's answer."""
-        if self._job_running(jid):
+    def _job_status(self, jid, wait, task_vars):
+        """What one look at the job tells after waiting on the node up to wait seconds for it to end: {"finished": 0} while
+        it runs, else its result. The job file that Ansible's async wrapper keeps holds a "started" marker while the job
+        runs and the module's result after: the look is one shell command on the node (a module run, async_status, took
+        about 0.2 s of the node's CPU: 20 runs 4.2 s). A file that cannot be read is left to async_status."""
+        seen = self._job_file(jid, wait)
+        if seen is None:
+            state = self._async_status(jid, "status", task_vars)
+            if not (state.get("finished") or state.get("failed")):
+                time.sleep(wait)
+            return state
+        if "started" in seen and not seen.get("finished"):
             return {"finished": 0, "started": 1}
-        return self._async_status(jid, "status", task_vars)
+        return dict(seen, finished=1, ansible_job_id=jid)
 
-    def _job_running(self, jid):
-        """Whether the job file that Ansible's async wrapper keeps still holds its "started" marker (it is replaced by the
-        module's result when the job ends), from one `cat` on the node; None when that cannot tell. A module run per poll
-        (async_status) took about 0.2 s on the node (20 runs: 4.2 s), taken from the fetch it waits for."""
+    def _job_path(self, jid):
         shell = self._connection._shell
-        seen = self._low_level_execute_command("cat %s" % shell.quote(shell.join_path(self._async_dir(), jid)))
+        return shell.quote(shell.join_path(self._async_dir(), jid))
+
+    def _job_file(self, jid, wait):
+        """The job file as an object, read when the job has ended or after wait seconds; None when it cannot be read."""
+        command = ('f=%s; n=%d; while [ "$n" -gt 0 ] && grep -qF \'"started": \' "$f"; do sleep %s; n=$((n - 1)); done; cat "$f"'
+                   % (self._job_path(jid), int(math.ceil(wait / TICK)), TICK))
+        seen = self._low_level_execute_command(command)
         if seen.get("rc") != 0:
             return None
         try:
             data = json.loads(seen.get("stdout") or "")
         except ValueError:
             return None
-        return isinstance(data, dict) and bool(data.get("started")) and not data.get("finished")
+        return data if isinstance(data, dict) else None
+
+    def _cleanup(self, jid, task_vars):
+        if self._low_level_execute_command("rm -f %s" % self._job_path(jid)).get("rc") != 0:
+            self._async_status(jid, "cleanup", task_vars)
 
     def _read_progress(self, dest, run_id, task_vars):
         """The node's live progress for this run, or None (not written yet, or a file another run left)."""

@@ -4,6 +4,11 @@
 the nodes' waits (separate processes under forks) leave their numbers for the cluster total."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import threading
+import time
 from unittest import mock
 
 import pytest
@@ -71,47 +76,41 @@ def test_the_summary_line_from_the_result():
 class FakeClock(object):
     def __init__(self):
         self.now = 0.0
-        self.naps = []
 
     def __call__(self):
         return self.now
 
-    def sleep(self, seconds):
-        assert seconds >= 0
-        self.naps.append(seconds)
-        self.now += seconds
 
-
-def fake_job(clock, finish_at, calls):
-    def status():
-        calls.append(clock.now)
+def fake_job(clock, finish_at, looks):
+    """A job that ends at finish_at; a look waits for its end up to the time it is given, as the command on the node does."""
+    def status(wait):
+        assert wait >= 0
+        looks.append((clock.now, wait))
+        clock.now = max(clock.now, min(clock.now + wait, finish_at))
         return {"finished": 1, "fetched": 3} if clock.now >= finish_at else {"finished": 0}
     return status
 
 
-def test_progress_is_shown_every_interval_and_the_job_looked_at_soon_then_every_poll():
+def test_progress_is_shown_every_interval_and_each_look_waits_at_most_poll():
     clock, looks, shown = FakeClock(), [], []
-    state = wait_for(fake_job(clock, 100, looks), lambda: shown.append(clock.now), 10, 30, 3600, clock=clock, sleep=clock.sleep)
+    state = wait_for(fake_job(clock, 100, looks), lambda: shown.append(clock.now), 10, 30, 3600, clock=clock)
     assert state == {"finished": 1, "fetched": 3}
     assert shown == [30, 60, 90]
-    gaps = [round(later - earlier, 6) for earlier, later in zip(looks, looks[1:])]
-    assert looks[:5] == [0, 0.5, 1.0, 1.5, 2.0]
-    assert gaps == sorted(gaps) and max(gaps) == 10
-    assert all(gap <= max(0.5, earlier / 4) + 1e-6 for earlier, gap in zip(looks, gaps))
-    assert 100 <= looks[-1] <= 110 and len(looks) < 30
+    assert all(wait <= 10 for _at, wait in looks) and len(looks) == 10
+    assert clock.now == 100
 
 
-def test_a_short_fetch_is_seen_done_soon():
+def test_the_end_is_seen_when_it_comes_not_at_the_next_poll():
     clock, looks = FakeClock(), []
-    wait_for(fake_job(clock, 6, looks), None, 10, None, 3600, clock=clock, sleep=clock.sleep)
-    assert 6 <= looks[-1] <= 6 * 1.25 + 0.5
+    wait_for(fake_job(clock, 6.3, looks), None, 10, None, 3600, clock=clock)
+    assert looks == [(0, 10)] and clock.now == 6.3
 
 
 def test_a_short_interval_between_slow_polls():
     clock, looks, shown = FakeClock(), [], []
-    wait_for(fake_job(clock, 25, looks), lambda: shown.append(clock.now), 10, 4, 3600, clock=clock, sleep=clock.sleep)
-    assert 25 <= looks[-1] <= 25 * 1.25
-    assert shown == [second for second in range(4, 100, 4) if second < looks[-1]]
+    wait_for(fake_job(clock, 25, looks), lambda: shown.append(clock.now), 10, 4, 3600, clock=clock)
+    assert all(wait <= 4 for _at, wait in looks)
+    assert shown == [4, 8, 12, 16, 20, 24] and clock.now == 25
 
 
 def test_a_slow_look_at_the_node_skips_the_lines_it_missed():
@@ -121,15 +120,15 @@ def test_a_slow_look_at_the_node_skips_the_lines_it_missed():
         shown.append(clock.now)
         clock.now += 70
 
-    wait_for(fake_job(clock, 200, looks), slow_show, 10, 30, 3600, clock=clock, sleep=clock.sleep)
+    wait_for(fake_job(clock, 200, looks), slow_show, 10, 30, 3600, clock=clock)
     assert shown == [30, 120]
 
 
 def test_no_progress_without_an_interval_and_a_timeout_fails():
     clock, looks = FakeClock(), []
     with pytest.raises(AnsibleActionFail, match="did not finish within 50 s"):
-        wait_for(fake_job(clock, 100, looks), None, 10, None, 50, clock=clock, sleep=clock.sleep)
-    assert looks[-1] <= 50 and looks[-1] >= 40
+        wait_for(fake_job(clock, 100, looks), None, 10, None, 50, clock=clock)
+    assert clock.now == 50 and all(wait <= 10 for _at, wait in looks)
 
 
 def test_the_board_holds_every_nodes_numbers_and_gives_one_total_per_interval(tmp_path):
@@ -154,8 +153,12 @@ def make_action(args, host="gpu1"):
     task.check_mode = False
     connection = mock.MagicMock()
     connection._shell.tmpdir = None
+    connection._shell.quote = lambda text: "'%s'" % text
+    connection._shell.join_path = lambda *parts: "/".join(parts)
     action = ActionModule(task, connection, PlayContext(), loader=None, templar=None, shared_loader_obj=None)
-    action._job_running = lambda jid: None  # polls ask _async_status (tests of _job_running stub the command instead)
+    action._async_dir = lambda: "/root/.ansible_async"
+    # The job file cannot be read: async_status answers (tests of the job file give their own commands).
+    action._low_level_execute_command = lambda command, *args, **kwargs: {"rc": 1, "stdout": ""}
     return action
 
 
@@ -205,37 +208,62 @@ def test_intervals_must_be_positive(option):
         make_action({"jid": "1.2", option: 0}).run(task_vars={})
 
 
-def test_polls_read_the_job_file_and_only_the_end_runs_async_status(monkeypatch):
+def test_looks_read_the_job_file_on_the_node_and_async_status_never_runs(monkeypatch):
     action = make_action(dict(jid="1.2", poll=0.01, progress_interval=0.01))
-    del action._job_running
-    running = '{"started": 1, "finished": 0, "ansible_job_id": "1.2"}'
-    seen = iter([{"rc": 0, "stdout": running}] * 6 + [{"rc": 0, "stdout": '{"changed": true, "fetched": 4}'}])
-    commands, looks = [], []
+    running = '{"started": true, "finished": false, "ansible_job_id": "1.2"}'
+    seen = iter([{"rc": 0, "stdout": running}] * 6 + [{"rc": 0, "stdout": '{"changed": true, "fetched": 4}'}, {"rc": 0}])
+    commands = []
 
     def low_level(command, *args, **kwargs):
         commands.append(command)
         return next(seen)
 
-    def async_status(jid, mode, task_vars):
-        looks.append(mode)
-        return {"finished": 1, "ansible_job_id": jid, "changed": True, "fetched": 4} if mode == "status" else {}
-
     monkeypatch.setattr(action, "_low_level_execute_command", low_level)
-    monkeypatch.setattr(action, "_async_dir", lambda: "/root/.ansible_async")
-    monkeypatch.setattr(action, "_async_status", async_status)
-    action._connection._shell.quote = lambda text: "'%s'" % text
-    action._connection._shell.join_path = lambda *parts: "/".join(parts)
+    monkeypatch.setattr(action, "_async_status", mock.Mock(side_effect=AssertionError("async_status ran")))
 
     result = action.run(task_vars={"inventory_hostname": "gpu1"})
 
-    assert result["fetched"] == 4 and looks == ["status", "cleanup"]
-    assert commands == ["cat '/root/.ansible_async/1.2'"] * 7
+    assert result["fetched"] == 4 and result["changed"] is True and "finished" not in result
+    assert all(command.startswith("f='/root/.ansible_async/1.2'; n=1; while ") for command in commands[:7])
+    assert commands[7:] == ["rm -f '/root/.ansible_async/1.2'"]
+
+
+def run_on_this_machine(command, *args, **kwargs):
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=False)
+    return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def test_a_look_on_the_node_returns_when_the_job_ends_or_after_the_wait(tmp_path):
+    action = make_action({"jid": "1.2"})
+    action._async_dir = lambda: str(tmp_path)
+    action._low_level_execute_command = run_on_this_machine
+    job = tmp_path / "1.2"
+    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "1.2"}))
+
+    began = time.monotonic()
+    assert action._job_status("1.2", 0.6, {}) == {"finished": 0, "started": 1}
+    assert 0.5 <= time.monotonic() - began < 3
+
+    def finish():
+        time.sleep(0.5)
+        job.with_name("1.2.tmp").write_text(json.dumps({"changed": True, "fetched": 4}))
+        os.replace(str(job.with_name("1.2.tmp")), str(job))
+
+    ender = threading.Thread(target=finish)
+    began = time.monotonic()
+    ender.start()
+    state = action._job_status("1.2", 30, {})
+    ender.join()
+    assert state == {"changed": True, "fetched": 4, "finished": 1, "ansible_job_id": "1.2"}
+    assert time.monotonic() - began < 5
 
 
 @pytest.mark.parametrize("seen", [{"rc": 1, "stdout": ""}, {"rc": 0, "stdout": "{half a file"}, {"rc": 0, "stdout": "[]"}])
-def test_a_job_file_that_cannot_be_read_leaves_the_answer_to_async_status(seen):
+def test_a_job_file_that_cannot_be_read_leaves_the_answer_to_async_status(seen, monkeypatch):
     action = make_action({"jid": "1.2"})
-    del action._job_running
     action._low_level_execute_command = lambda command, *args, **kwargs: seen
-    action._async_dir = lambda: "/root/.ansible_async"
-    assert action._job_running("1.2") in (None, False)
+    action._async_status = lambda jid, mode, task_vars: {"finished": 0, "started": 1}
+    naps = []
+    monkeypatch.setattr(shard_fetch_wait.time, "sleep", naps.append)
+    assert action._job_status("1.2", 7, {}) == {"finished": 0, "started": 1}
+    assert naps == [7]
