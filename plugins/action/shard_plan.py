@@ -9,6 +9,7 @@ import os
 import re
 import ssl
 import tempfile
+import time
 import urllib.request
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from urllib.parse import unquote, urlsplit
@@ -27,6 +28,9 @@ HEAD_CONCURRENCY = 32
 MAX_HEAD_PROBES = 10_000
 # Threads writing the nodes' list files: each write waits on an fsync, and a thousand nodes' files overlap them.
 WRITE_CONCURRENCY = 8
+# List files under plan_dir/lists that no run has named for this long are removed: with signed URLs every run writes new
+# ones (a list at 1,000,000 shards is ~170 MB). A run started meanwhile on the same plan_dir renews the lists it names.
+LIST_KEEP_SECONDS = 3600
 
 
 USER_AGENT = "dlinfra.gpu_cluster-shard_plan/1"
@@ -166,9 +170,34 @@ def write_list(plan_dir, shards):
     """Store one node's shard list under its content hash (a cache: check mode may write it) and return its path."""
     data = json.dumps(shards, separators=(",", ":"), sort_keys=True).encode("utf-8")
     path = os.path.join(plan_dir, "lists", hashlib.sha256(data).hexdigest() + ".json")
-    if not os.path.exists(path):
+    try:
+        os.utime(path)  # named again: kept by prune_lists for LIST_KEEP_SECONDS more
+    except FileNotFoundError:
         write_atomically(path, data)
     return path
+
+
+def prune_lists(plan_dir, named, now=None):
+    """Remove the list files under plan_dir/lists that are not in ``named`` (this run's) and that no run has named for
+    LIST_KEEP_SECONDS; return how many went."""
+    directory = os.path.join(plan_dir, "lists")
+    now = time.time() if now is None else now
+    named = {os.path.abspath(path) for path in named}
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if not entry.name.endswith(".json") or entry.path in named or not entry.is_file(follow_symlinks=False):
+            continue
+        if now - entry.stat(follow_symlinks=False).st_mtime > LIST_KEEP_SECONDS:
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def node_lists(plan, shards):
@@ -323,6 +352,10 @@ class ActionModule(ActionBase):
             result["changed"] = result["changed"] or planned["changed"]
             diff_before.append(planned.pop("_before"))
             diff_after.append(planned["summary"])
+        if not self._task.check_mode:
+            named = [path for planned in result["datasets"].values()
+                     for key in ("lists", "stream_lists", "peer_lists") for path in planned[key].values()]
+            prune_lists(plan_dir, named)
         result["msg"] = "\n".join(diff_after)
         if self._task.diff:
             result["diff"] = {"before": "\n".join(diff_before) + "\n", "after": "\n".join(diff_after) + "\n",

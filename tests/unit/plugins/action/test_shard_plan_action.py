@@ -3,6 +3,7 @@
 """The shard_plan action: shard discovery on the controller, and the plan it writes through a real ansible-playbook run."""
 import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import time
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import (
-    ActionModule, learn_shards, plan_dataset, probe_size, write_list)
+    LIST_KEEP_SECONDS, ActionModule, learn_shards, plan_dataset, probe_size, prune_lists, write_list)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
     ShardPlanError, node_shards, node_streamed, peer_roles)
 
@@ -107,6 +108,31 @@ def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(
     assert all(path.stat().st_mode & 0o077 == 0 for path in lists)
     again = plan_dataset(settings, shards("c0ffee02"), nodes, str(tmp_path), {}, check_mode=False)
     assert again["changed"] is False and "c0ffee02" in pathlib.Path(again["lists"]["n0"]).read_text()
+
+
+def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kept(tmp_path):
+    def shards(signature):
+        return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Signature=%s" % (i, signature),
+                 "size": 100, "sha256": "%064x" % i} for i in range(4)]
+
+    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
+    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
+    old = set(plan_dataset(settings, shards("old"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
+    stale = time.time() - LIST_KEEP_SECONDS - 10
+    for path in old:
+        os.utime(path, (stale, stale))
+    kept = plan_dataset(settings, shards("kept"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values()
+    for path in kept:
+        os.utime(path, (stale, stale))
+    new = set(plan_dataset(settings, shards("new"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
+    again = set(plan_dataset(settings, shards("kept"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
+    assert again == set(kept) and not old & again and not new & again
+
+    assert prune_lists(str(tmp_path), new) == len(old)  # an hour old and not named; "kept" was named again just now
+    left = {str(path) for path in (tmp_path / "lists").iterdir()}
+    assert left == new | again
+    assert prune_lists(str(tmp_path), new, now=time.time() + LIST_KEEP_SECONDS + 1) == len(again)
+    assert {str(path) for path in (tmp_path / "lists").iterdir()} == new
 
 
 @pytest.mark.parametrize("free, ours, reserve, expected", [
