@@ -16,6 +16,11 @@ and start time of each container.
      run stops saying how to resume, the state file holds the recorded versions.
   5. sim-gpu1 Ready again: a re-run resumes it and finishes sim-gpu2; every node at 1.18.0 and uncordoned.
   6. a second run changes nothing (changed=0 on every host) and cordons nothing.
+  7. the pin moved back to 1.17.9, then site.yml (not upgrade.yml), as a user re-runs it on a provisioned cluster: each
+     node takes the same path, one at a time, and the toolkit role after it finds the pin met (the package's install
+     time is the one inside the node's cordon window); the head is not touched.
+  8. the MicroK8s channel pinned for the whole cluster (1.32/stable -> 1.33/stable), upgrade.yml: the head first, alone,
+     then each GPU node, each through the same path, every node on the new channel and uncordoned.
 """
 import datetime
 import json
@@ -51,14 +56,23 @@ def install_collection():
     return collections
 
 
+def snap_channel(host):
+    return json.loads(sh(host, "cat /var/lib/snapd/test-double-state.json"))["snaps"]["microk8s"]["channel"]
+
+
+def snap_changed_at(host):
+    """When the snap test double last wrote its state on the host (a refresh, or the hold the role puts back after)."""
+    return float(sh(host, "python3 -c \"import os; print(os.stat('/var/lib/snapd/test-double-state.json').st_mtime)\""))
+
+
 def set_pin(version):
     (WORK / "inventory" / "group_vars" / "gpu_nodes" / "rolling_pin.yml").write_text(
         "nvidia_container_toolkit_version: \"%s\"\n" % version)
 
 
-def upgrade(name, *extra):
-    """Run dlinfra.gpu_cluster.upgrade from the installed collection; (exit status, log text)."""
-    command = ["ansible-playbook", "dlinfra.gpu_cluster.upgrade", "-i", str(WORK / "inventory"),
+def upgrade(name, *extra, playbook="dlinfra.gpu_cluster.upgrade"):
+    """Run a playbook (upgrade) from the installed collection; (exit status, log text)."""
+    command = ["ansible-playbook", playbook, "-i", str(WORK / "inventory"),
                "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
                "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments")] + list(extra)
     # Pipelining, as a site's ansible.cfg would have it: a third less time through the docker connection.
@@ -316,6 +330,41 @@ def main():
     if [c for c in calls if c["argv"][1] in ("cordon", "drain", "uncordon")]:
         fail("run 6-again: nodes were cordoned or drained: %s" % [c["argv"] for c in calls])
     print("rolling-lab: changed=0 on every host, nothing cordoned")
+
+    step("7. pin 1.17.9 again, then site.yml: the nodes take the rolling path before the roles, which change nothing")
+    set_pin("1.17.9")
+    offset = calls_offset()
+    code, log = upgrade("7-site", playbook="dlinfra.gpu_cluster.site")
+    calls = calls_since(offset)[0]
+    if code != 0:
+        fail("run 7-site: exit %d; see %s" % (code, WORK / "7-site.log"))
+    if [toolkit(h) for h in NODES] != ["1.17.9-1", "1.17.9-1"] or any(node_cordoned(h) for h in NODES + (HEAD,)):
+        fail("run 7-site: toolkits %s, or a node still cordoned" % [toolkit(h) for h in NODES])
+    # Installed once, inside the node's cordon window: the toolkit role that runs later did not install it again.
+    first = expect_path(calls, "sim-gpu1", toolkit_installed_at("sim-gpu1"))
+    second = expect_path(calls, "sim-gpu2", toolkit_installed_at("sim-gpu2"))
+    if not first["uncordon"] < second["cordon"] or max_cordoned(calls) != 1 or events(calls, HEAD, ("cordon", "drain")):
+        fail("run 7-site: nodes out together, or the head cordoned")
+    print("rolling-lab: site.yml moved both nodes to 1.17.9 through the rolling path, one at a time")
+
+    step("8. MicroK8s 1.32/stable -> 1.33/stable on the whole cluster: the head alone first, then each GPU node")
+    cluster_dir = WORK / "inventory" / "group_vars" / "gpu_cluster"
+    if not cluster_dir.is_dir():
+        cluster_dir.mkdir()
+        shutil.move(str(cluster_dir.with_suffix(".yml")), str(cluster_dir / "main.yml"))
+    (cluster_dir / "rolling_pin.yml").write_text("microk8s_channel: \"1.33/stable\"\n")
+    offset = calls_offset()
+    code, log = upgrade("8-microk8s")
+    calls = calls_since(offset)[0]
+    if code != 0:
+        fail("run 8-microk8s: exit %d; see %s" % (code, WORK / "8-microk8s.log"))
+    channels = {host: snap_channel(host) for host in (HEAD,) + NODES}
+    if set(channels.values()) != {"1.33/stable"} or any(node_cordoned(h) for h in NODES + (HEAD,)):
+        fail("run 8-microk8s: channels %s, or a node still cordoned" % channels)
+    paths = [expect_path(calls, host, snap_changed_at(host)) for host in (HEAD,) + NODES]
+    if not paths[0]["uncordon"] < paths[1]["cordon"] < paths[1]["uncordon"] < paths[2]["cordon"] or max_cordoned(calls) != 1:
+        fail("run 8-microk8s: not one node at a time, head first: %s" % paths)
+    print("rolling-lab: the head, then sim-gpu1, then sim-gpu2 moved to 1.33/stable, one at a time")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 

@@ -237,6 +237,8 @@ def cmd_refresh(args):
     hold = "forever" if flag(args, "--hold") else next((a.split("=", 1)[1] for a in args if a.startswith("--hold=")), None)
     args[:] = [a for a in args if not a.startswith("--hold=")]
     unhold = flag(args, "--unhold")
+    # As snap does: a classic snap's refresh to another channel may say --classic (community.general.snap does).
+    flag(args, "--classic")
     channel = option(args, "--channel")
     state = load()
     for name in args:
