@@ -93,39 +93,39 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
     assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
 
 
-def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path):
-    def shards(signature):
-        return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
-                 "size": 100, "sha256": "%064x" % i} for i in range(4)]
+def signed_shards(signature):
+    return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
+             "size": 100, "sha256": "%064x" % i} for i in range(4)]
 
+
+def plan_signed(tmp_path, signature):
+    """Plan four signed shards over two nodes in tmp_path."""
     nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
     settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    first = plan_dataset(settings, shards("c0ffee01"), nodes, str(tmp_path), {}, check_mode=False)
+    return plan_dataset(settings, signed_shards(signature), nodes, str(tmp_path), {}, check_mode=False)
+
+
+def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path):
+    first = plan_signed(tmp_path, "c0ffee01")
     plan_text = (tmp_path / "ds.plan.json").read_text()
     assert "c0ffee01" not in plan_text and "X-Amz-Signature=***" in plan_text
     lists = [pathlib.Path(path) for path in first["lists"].values()]
     assert all("c0ffee01" in path.read_text() for path in lists)  # the nodes fetch with the signature
     assert all(path.stat().st_mode & 0o077 == 0 for path in lists)
-    again = plan_dataset(settings, shards("c0ffee02"), nodes, str(tmp_path), {}, check_mode=False)
+    again = plan_signed(tmp_path, "c0ffee02")
     assert again["changed"] is False and "c0ffee02" in pathlib.Path(again["lists"]["n0"]).read_text()
 
 
 def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kept(tmp_path):
-    def shards(signature):
-        return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Signature=%s" % (i, signature),
-                 "size": 100, "sha256": "%064x" % i} for i in range(4)]
-
-    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
-    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    old = set(plan_dataset(settings, shards("old"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
+    old = set(plan_signed(tmp_path, "old")["lists"].values())
     stale = time.time() - LIST_KEEP_SECONDS - 10
     for path in old:
         os.utime(path, (stale, stale))
-    kept = plan_dataset(settings, shards("kept"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values()
+    kept = plan_signed(tmp_path, "kept")["lists"].values()
     for path in kept:
         os.utime(path, (stale, stale))
-    new = set(plan_dataset(settings, shards("new"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
-    again = set(plan_dataset(settings, shards("kept"), nodes, str(tmp_path), {}, check_mode=False)["lists"].values())
+    new = set(plan_signed(tmp_path, "new")["lists"].values())
+    again = set(plan_signed(tmp_path, "kept")["lists"].values())
     assert again == set(kept) and not old & again and not new & again
 
     assert prune_lists(str(tmp_path), new) == len(old)  # an hour old and not named; "kept" was named again just now
