@@ -21,6 +21,8 @@ and start time of each container.
      time is the one inside the node's cordon window); the head is not touched.
   8. the MicroK8s channel pinned for the whole cluster (1.32/stable -> 1.33/stable), upgrade.yml: the head first, alone,
      then each GPU node, each through the same path, every node on the new channel and uncordoned.
+  9. check mode with the toolkit pin moved (1.18.0): it says per node what a real run would do, reports it as a change,
+     and cordons, drains and installs nothing.
 """
 import datetime
 import json
@@ -365,6 +367,22 @@ def main():
     if not paths[0]["uncordon"] < paths[1]["cordon"] < paths[1]["uncordon"] < paths[2]["cordon"] or max_cordoned(calls) != 1:
         fail("run 8-microk8s: not one node at a time, head first: %s" % paths)
     print("rolling-lab: the head, then sim-gpu1, then sim-gpu2 moved to 1.33/stable, one at a time")
+
+    step("9. check mode, the toolkit pinned at 1.18.0: says what it would do, changes nothing")
+    set_pin("1.18.0")
+    offset = calls_offset()
+    code, log = upgrade("9-check", "--check")
+    calls = calls_since(offset)[0]
+    flat = " ".join(log.split())
+    changed = {host: counts.get("changed") for host, counts in recap(log).items()}
+    if code != 0 or changed != {HEAD: 0, "sim-gpu1": 1, "sim-gpu2": 1}:
+        fail("run 9-check: exit %d, changed per host %s; see %s" % (code, changed, WORK / "9-check.log"))
+    for host in NODES:
+        if "%s would be cordoned, drained, changed (toolkit 1.17.9-1 -> 1.18.0), verified and uncordoned" % host not in flat:
+            fail("run 9-check: no line says what would happen to %s" % host)
+    if [c for c in calls if c["argv"][1] in ("cordon", "drain", "uncordon")] or [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
+        fail("run 9-check: check mode cordoned, drained or installed something")
+    print("rolling-lab: check mode named what each node would go through and touched nothing")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 
