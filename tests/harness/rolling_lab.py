@@ -23,6 +23,8 @@ and start time of each container.
      then each GPU node, each through the same path, every node on the new channel and uncordoned.
   9. check mode with the toolkit pin moved (1.18.0): it says per node what a real run would do, reports it as a change,
      and cordons, drains and installs nothing.
+ 10. sim-gpu2 cordoned by hand, the pin still moved: sim-gpu1 is not cordoned, since with it two nodes of the cluster
+     would be out (max_unavailable 1); the run stops naming sim-gpu2.
 """
 import datetime
 import json
@@ -383,6 +385,22 @@ def main():
     if [c for c in calls if c["argv"][1] in ("cordon", "drain", "uncordon")] or [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
         fail("run 9-check: check mode cordoned, drained or installed something")
     print("rolling-lab: check mode named what each node would go through and touched nothing")
+
+    step("10. sim-gpu2 cordoned by hand: sim-gpu1 is not taken out beside it; the run stops naming sim-gpu2")
+    sh(HEAD, "/snap/bin/microk8s kubectl cordon sim-gpu2")
+    offset = calls_offset()
+    try:
+        code, log = upgrade("10-out")
+    finally:
+        sh(HEAD, "/snap/bin/microk8s kubectl uncordon sim-gpu2")
+    calls = calls_since(offset)[0]
+    flat = " ".join(log.split())
+    wanted = "sim-gpu1: not cordoned, since sim-gpu2 of cluster_sim is cordoned already"
+    if code == 0 or wanted not in flat:
+        fail("run 10-out: expected %r (exit %d); see %s" % (wanted, code, WORK / "10-out.log"))
+    if [c for c in calls if c["argv"][1] in ("cordon", "drain", "uncordon")][:-1] or [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
+        fail("run 10-out: a node was cordoned, drained or changed: %s" % [c["argv"] for c in calls])
+    print("rolling-lab: a node cordoned outside the run counted against max_unavailable; nothing else was taken out")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 
