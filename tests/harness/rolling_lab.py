@@ -25,6 +25,8 @@ and start time of each container.
      and cordons, drains and installs nothing.
  10. sim-gpu2 cordoned by hand, the pin still moved: sim-gpu1 is not cordoned, since with it two nodes of the cluster
      would be out (max_unavailable 1); the run stops naming sim-gpu2.
+ 11. a pod on sim-gpu1 that a PodDisruptionBudget protects (the double refuses its eviction): the drain fails, sim-gpu1
+     is uncordoned unchanged, and the run stops naming the pod.
 """
 import datetime
 import json
@@ -137,11 +139,16 @@ def node_cordoned(name):
     return bool(node.get("spec", {}).get("unschedulable"))
 
 
-def set_ready(host, ready):
+def set_node(host, key, value):
+    """Set a field of the node in the MicroK8s double's cluster state (ready; undisruptable: pods a PDB protects)."""
     script = ("import json; p='/srv/microk8s-test-double/cluster.json'; s=json.load(open(p)); "
-              "[c['nodes'][%r].__setitem__('ready', %s) for c in s['clusters'].values() if %r in c['nodes']]; "
-              "json.dump(s, open(p, 'w'))" % (host, ready, host))
+              "[c['nodes'][%r].__setitem__(%r, %r) for c in s['clusters'].values() if %r in c['nodes']]; "
+              "json.dump(s, open(p, 'w'))" % (host, key, value, host))
     sh(HEAD, "python3 -c \"%s\"" % script)
+
+
+def set_ready(host, ready):
+    set_node(host, "ready", ready)
 
 
 def max_cordoned(calls):
@@ -401,6 +408,25 @@ def main():
     if [c for c in calls if c["argv"][1] in ("cordon", "drain", "uncordon")][:-1] or [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
         fail("run 10-out: a node was cordoned, drained or changed: %s" % [c["argv"] for c in calls])
     print("rolling-lab: a node cordoned outside the run counted against max_unavailable; nothing else was taken out")
+
+    step("11. a pod a PodDisruptionBudget protects on sim-gpu1: the drain fails, sim-gpu1 uncordoned unchanged, the run stops")
+    set_node("sim-gpu1", "undisruptable", ["training/job-0"])
+    offset = calls_offset()
+    try:
+        code, log = upgrade("11-pdb")
+    finally:
+        set_node("sim-gpu1", "undisruptable", [])
+    calls = calls_since(offset)[0]
+    flat = " ".join(log.replace('\\"', '"').split())
+    wanted = 'sim-gpu1: kubectl drain did not finish (exit 1, within rolling_upgrade_drain_timeout'
+    if code == 0 or wanted not in flat or 'error when evicting pods/"job-0" -n "training"' not in flat:
+        fail("run 11-pdb: expected %r naming training/job-0 (exit %d); see %s" % (wanted, code, WORK / "11-pdb.log"))
+    verbs = [verb for dummy, verb in events(calls, "sim-gpu1", ("cordon", "drain", "uncordon"))]
+    if verbs != ["cordon", "drain", "uncordon"] or node_cordoned("sim-gpu1") or events(calls, "sim-gpu2"):
+        fail("run 11-pdb: sim-gpu1's calls %s, cordoned %s, or sim-gpu2 touched" % (verbs, node_cordoned("sim-gpu1")))
+    if [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
+        fail("run 11-pdb: a toolkit changed")
+    print("rolling-lab: the refused eviction stopped the run; sim-gpu1 back in service, unchanged")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 

@@ -32,7 +32,9 @@ labels match, as the real device plugin advertises GPUs only where it runs.
 gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
 A node's `ready` in the state file is what a test flips to make it NotReady. `cordon` sets spec.unschedulable;
 `drain` cordons and evicts (the only pods here are the device plugin's, which a DaemonSet owns: kubectl's
---ignore-daemonsets is needed, as on a real cluster). Every kubectl call is appended to calls.log in the shared
+--ignore-daemonsets is needed, as on a real cluster). The pods named in a node's `undisruptable` list in the state file
+stand for pods a PodDisruptionBudget protects: `drain` reports their evictions refused and fails as kubectl does at
+its --timeout, the node left cordoned. Every kubectl call is appended to calls.log in the shared
 directory (a JSON line: time, node, arguments), the record the rolling-upgrade test reads.
 
 A worker (joined with --worker, marked by /var/snap/microk8s/current/var/lock/clustered.lock as in MicroK8s)
@@ -691,7 +693,8 @@ def kubectl_drain(args, cluster):
     """Cordon, then evict the node's pods; DaemonSet pods stop it unless --ignore-daemonsets, as in kubectl."""
     ignore_daemonsets = flag(args, "--ignore-daemonsets")
     flag(args, "--delete-emptydir-data", "--force", "--disable-eviction")
-    take(args, "--timeout", "--grace-period", "--pod-selector")
+    timeout = take(args, "--timeout", default="0s")
+    take(args, "--grace-period", "--pod-selector")
     name = args[0]
     kubectl_cordon([name], cluster)
     daemonset_pods = ["%s/%s" % (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -702,7 +705,23 @@ def kubectl_drain(args, cluster):
             % (name, ", ".join(daemonset_pods), name))
     if daemonset_pods:
         out("Warning: ignoring DaemonSet-managed Pods: %s" % ", ".join(daemonset_pods))
+    # Pods a PodDisruptionBudget protects (a test puts "NAMESPACE/NAME" in the node's "undisruptable" list): their
+    # evictions are refused until --timeout, as kubectl reports it (without waiting it out); the node stays cordoned.
+    held = cluster["nodes"][name].get("undisruptable", [])
+    if held:
+        pods = [pod.split("/")[::-1] for pod in held]  # [name, namespace]
+        errors = ['error when evicting pods/"%s" -n "%s": global timeout reached: %s' % (pod, space, timeout)
+                  for pod, space in pods]
+        for pod, space in pods:
+            out("evicting pod %s/%s" % (space, pod))
+            out('error when evicting pods/"%s" -n "%s" (will retry after 5s): Cannot evict pod as it would violate the pod\'s '
+                "disruption budget." % (pod, space))
+        out('There are pending pods in node "%s" when an error occurred: [%s]' % (name, ", ".join(errors)))
+        out('error: unable to drain node "%s" due to error: [%s], continuing command...' % (name, ", ".join(errors)))
+        out("There are pending nodes to be drained:\n %s" % name)
+        return 1
     out("node/%s drained" % name)
+    return 0
 
 
 def record_call(argv):
@@ -722,7 +741,9 @@ def cmd_kubectl(args):
     with cluster_state() as state:
         record_call(["kubectl"] + list(args))
         cluster = local_cluster(state)[1]
-        handlers[verb](rest, cluster)
+        code = handlers[verb](rest, cluster)
+    if code:
+        sys.exit(code)  # after the state is saved: a drain that fails leaves the node cordoned, as kubectl does
 
 
 COMMANDS = {"status": cmd_status, "enable": cmd_enable, "disable": lambda a: cmd_enable(a, enable=False),
