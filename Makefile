@@ -6,8 +6,12 @@ PYTHON ?= python3
 test:  ## every check, in order, with each stage's time (what CI runs)
 	@$(PYTHON) tests/harness/run_stages.py
 
-demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed
-	@tests/harness/demo.sh up
+# AIRGAP=1: the lab's nodes on an internal network with no route out, the store their only way out (README:
+# "Installing without internet access").
+AIRGAP ?= 0
+
+demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed (AIRGAP=1: air-gapped)
+	@AIRGAP=$(AIRGAP) tests/harness/demo.sh up
 
 demo-down:  ## remove the simulated lab
 	@tests/harness/demo.sh down

@@ -1,0 +1,340 @@
+"""The `airgap` stage of make test: site.yml on the air-gapped simulated lab (AIRGAP=1 tests/harness/demo.sh), whose nodes
+have no route out and reach only the store, with nothing but the inventory's variables pointing the roles at it.
+Runs as root: the record of each node's packets lives in the node's network namespace (tests/fixtures/airgap-record.nft).
+
+  1. a fresh air-gapped lab (demo.sh down, then AIRGAP=1 demo.sh lab);
+  2. the record works: from a node, a connection to Debian's archive by address and a fetch of http://deb.debian.org/
+     fail at once, and so does a lookup of example.com; the packet is recorded in the node, the lookups in the store's
+     DNS log (tests/fixtures/airgap_store.yml), each with the node; then both records are emptied;
+  3. site.yml converges, and a second run changes nothing on any host;
+  4. the nodes made no outbound attempt during the two runs: every packet to an address off the internal network, and
+     every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the store),
+     fails the stage, named with the node, the address or name, and the task that was running then;
+  5. the same inventory without preflight_apt_proxy: site.yml stops in preflight, before any change and within seconds,
+     on every node, with a message naming the host, the role and the variable to set.
+
+  airgap_lab.py             the stage
+  airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
+"""
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+from lab import ROOT, Stage
+
+WORK = ROOT / ".cache" / "airgap"
+STORE = "sim-store"  # the store of inventories/sim (group dataset_store)
+PROBE_NODE = "sim-gpu1"
+INVENTORY = ["-i", "inventories/sim", "-i", "tests/fixtures/airgap_hosts.yml"]
+TABLE = ["inet", "dlinfra_airgap"]
+DNS_LOG = "/var/log/dlinfra-airgap/dns.log"
+DNS_QUERY = re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) dnsmasq\[\d+\]: (?:\d+ \S+ )?query\[(\w+)\] (\S+) from (\S+)")
+TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.*?\])")
+NO_PROXY_TIMEOUT = 300
+
+STAGE = Stage("airgap-lab")
+step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
+
+
+def environment():
+    return dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), AIRGAP="1",
+                ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
+def lab_addresses():
+    """Each address of the lab's containers -> the container's name."""
+    names = subprocess.run(["docker", "ps", "-a", "--filter", "label=org.dlinfra.demo=1", "--format", "{{.Names}}"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    addresses = {}
+    for name in names:
+        out = subprocess.run(["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
+                             capture_output=True, text=True, check=True).stdout
+        for address in out.split():
+            addresses[address] = name
+    return addresses
+
+
+def node_pids():
+    """The lab's nodes (every container but the store) -> the PID whose network namespace holds the node's record."""
+    pids = {}
+    for name in sorted(set(lab_addresses().values()) - {STORE}):
+        pids[name] = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", name],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+    return pids
+
+
+def nft(pid, *args):
+    """nft in a node's network namespace (tests/fixtures/airgap-record.nft lives there); its stdout."""
+    done = subprocess.run(["nsenter", "-t", pid, "-n", "nft"] + list(args), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        fail("nft %s in the network namespace of PID %s: %s" % (" ".join(args), pid, done.stderr.strip()))
+    return done.stdout
+
+
+def record():
+    """What was recorded: (packets counted, [packet attempts], [name lookups outside the lab], [lookups of lab names])."""
+    packets, attempts = 0, []
+    now = time.time()
+    for node, pid in node_pids().items():
+        counter = json.loads(nft(pid, "-j", "list", "counter", *TABLE, "outbound"))
+        packets += [item["counter"]["packets"] for item in counter["nftables"] if "counter" in item][0]
+        for name in ("attempts", "attempts6"):
+            listed = json.loads(nft(pid, "-j", "list", "set", *TABLE, name))
+            for item in listed["nftables"]:
+                timeout = item.get("set", {}).get("timeout")
+                for elem in item.get("set", {}).get("elem", []):
+                    entry = elem.get("elem", elem) if isinstance(elem, dict) else {"val": elem}
+                    destination, protocol, port = entry["val"]["concat"]
+                    # The element's timeout (the set's) restarts at each of its packets: its age is when it was last seen.
+                    timeout = entry.get("timeout", timeout)
+                    seen = now - (timeout - entry["expires"]) if "expires" in entry and timeout else None
+                    attempts.append({"source": node, "destination": destination, "protocol": protocol, "port": port,
+                                     "packets": entry.get("counter", {}).get("packets"), "seen": seen})
+    lab_names = set(lab_addresses().values())
+    lookups, own = [], []
+    for line in sh(STORE, "cat %s" % DNS_LOG).splitlines():
+        match = DNS_QUERY.match(line)
+        if match:
+            when, kind, name, source = match.groups()
+            # apt asks for SRV records of its sources (_http._tcp.sim-store), which Docker's DNS does not hold: a
+            # lookup about a host of the lab, not an attempt to reach the outside.
+            (own if name.rstrip(".").split(".")[-1] in lab_names else lookups).append(
+                {"when": when, "type": kind, "name": name, "source": source})
+    return packets, attempts, lookups, own
+
+
+def reset():
+    for pid in node_pids().values():
+        nft(pid, "flush", "set", *TABLE, "attempts")
+        nft(pid, "flush", "set", *TABLE, "attempts6")
+        nft(pid, "reset", "counter", *TABLE, "outbound")
+    sh(STORE, "truncate -s 0 %s" % DNS_LOG)
+    packets, attempts, lookups, own = record()
+    if packets or attempts or lookups or own:
+        fail("the record is not empty after emptying it: %s packets, %s, %s, %s" % (packets, attempts, lookups, own))
+
+
+def task_times(logs):
+    """(time, task banner) for every task the timed Ansible logs started, in order."""
+    started = []
+    for path in logs:
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                match = TASK_LINE.match(line)
+                if match:
+                    when = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")) + int(match.group(2)) / 1000.0
+                    started.append((when, match.group(3)))
+    return sorted(started, key=lambda item: item[0])
+
+
+def task_at(moment, tasks):
+    """The task last started at or before moment (the DNS log's times are to the second: the task running as it began)."""
+    current = None
+    for when, task in tasks:
+        if when <= moment:
+            current = task
+    return current
+
+
+def describe(packets, attempts, lookups, own=(), logs=()):
+    """One line for each recorded attempt: the node, what it tried and, from the timed logs, the task running then."""
+    names = lab_addresses()
+    tasks = task_times(logs)
+    year = time.strftime("%Y")
+    lines = ["%d packet(s) to addresses off the internal network, %d name lookup(s) outside the lab" % (packets, len(lookups))]
+    for item in attempts:
+        during = task_at(item["seen"], tasks) if item["seen"] else None
+        lines.append("%s -> %s %s/%s: %s packet(s)%s%s" % (
+            item["source"], item["destination"], item["protocol"], item["port"], item["packets"],
+            ", last at %s" % time.strftime("%H:%M:%S", time.localtime(item["seen"])) if item["seen"] else "",
+            ", during %s" % during if during else ""))
+    for item in lookups:
+        moment = time.mktime(time.strptime("%s %s" % (year, item["when"]), "%Y %b %d %H:%M:%S"))
+        during = task_at(moment, tasks)
+        lines.append("%s looked up %s (%s) at %s%s" % (
+            names.get(item["source"], item["source"]), item["name"], item["type"], item["when"].split()[-1],
+            ", during %s" % during if during else ""))
+    if own:
+        lines.append("(not attempts: %d lookup(s) of the lab's own names that Docker's DNS passed on: %s)"
+                     % (len(own), ", ".join(sorted({"%s %s" % (q["type"], q["name"]) for q in own}))))
+    return lines
+
+
+def playbook(name, inventory, *extra, timeout=None, env=None):
+    """site.yml against inventory; (exit status, output, seconds). Its output and a timed log go to WORK."""
+    log, timed = WORK / (name + ".log"), WORK / (name + ".timed.log")
+    timed.unlink(missing_ok=True)
+    env = dict(environment(), ANSIBLE_LOG_PATH=str(timed), **(env or {}))
+    started = time.monotonic()
+    with open(log, "w") as out:
+        try:
+            code = subprocess.call(["ansible-playbook", "site.yml"] + inventory + list(extra), cwd=ROOT, env=env,
+                                   stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+    elapsed = time.monotonic() - started
+    status = "timed out" if code is None else "exit %d" % code
+    print("airgap-lab: site.yml (%s): %s in %.0f s (log %s)" % (name, status, elapsed, log), flush=True)
+    return code, log.read_text(errors="replace"), elapsed
+
+
+def recap(output):
+    """host -> {'changed': n, 'failed': n, ...} from the last PLAY RECAP."""
+    hosts = {}
+    for line in output[output.rfind("PLAY RECAP"):].splitlines()[1:]:
+        match = re.match(r"^(\S+)\s*:\s*(.*)$", line)
+        if match:
+            hosts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
+    return hosts
+
+
+def changed_tasks(output):
+    task, found = None, []
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.split(" ***")[0].rstrip("* ")
+        elif line.startswith("changed: ["):
+            found.append("%s %s" % (line.split("]")[0] + "]", task))
+    return found
+
+
+def counter_fires():
+    """A node's attempts are refused and recorded: by address, by name through a URL, and a bare lookup."""
+    try:
+        archive = socket.gethostbyname("deb.debian.org")
+    except OSError:
+        archive = "192.0.2.1"  # TEST-NET-1 (RFC 5737): any address off the internal network goes to the store
+    tries = {
+        "connect to %s:80" % archive: "import socket; socket.create_connection((%r, 80), timeout=3)" % archive,
+        "fetch http://deb.debian.org/": "import urllib.request; urllib.request.urlopen('http://deb.debian.org/', timeout=3)",
+    }
+    for what, code in tries.items():
+        started = time.monotonic()
+        done = subprocess.run(["docker", "exec", PROBE_NODE, "python3", "-c", code], capture_output=True, text=True, check=False)
+        elapsed = time.monotonic() - started
+        error = (done.stderr.strip().splitlines() or [""])[-1]
+        outcome = "succeeded" if done.returncode == 0 else "failed"
+        print("airgap-lab: %s from %s: %s in %.1f s (%s)" % (what, PROBE_NODE, outcome, elapsed, error), flush=True)
+        if done.returncode == 0:
+            fail("%s: %s reached the outside" % (what, PROBE_NODE))
+    looked_up = subprocess.run(["docker", "exec", PROBE_NODE, "getent", "hosts", "example.com"],
+                               capture_output=True, text=True, check=False)
+    print("airgap-lab: getent hosts example.com on %s: exit %d %s" % (PROBE_NODE, looked_up.returncode, looked_up.stdout.strip()))
+    if looked_up.returncode == 0:
+        fail("%s resolved example.com: %s" % (PROBE_NODE, looked_up.stdout.strip()))
+
+    packets, attempts, lookups, own = record()
+    for line in describe(packets, attempts, lookups, own):
+        print("  " + line)
+    node_addresses = {a for a, name in lab_addresses().items() if name == PROBE_NODE}
+    if not any(a["source"] == PROBE_NODE and a["destination"] == archive and str(a["port"]) == "80" for a in attempts):
+        fail("the connection from %s to %s:80 was not recorded" % (PROBE_NODE, archive))
+    for name in ("deb.debian.org", "example.com"):
+        if not any(q["source"] in node_addresses and q["name"] == name for q in lookups):
+            fail("the lookup of %s on %s was not recorded" % (name, PROBE_NODE))
+
+
+def without_proxy():
+    """site.yml with the inventory minus preflight_apt_proxy: stops in preflight on every node, naming host and variable."""
+    inventory = WORK / "inventory-without-proxy"
+    shutil.rmtree(inventory, ignore_errors=True)
+    shutil.copytree(ROOT / "inventories" / "sim", inventory)
+    airgap_vars = inventory / "group_vars" / "airgap_lab.yml"
+    lines = airgap_vars.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not re.match(r"^(preflight_apt_proxy|lab_fixture_apt_proxy):", line)]
+    if len(kept) != len(lines) - 2:
+        fail("%s does not set preflight_apt_proxy and lab_fixture_apt_proxy" % airgap_vars)
+    airgap_vars.write_text("".join(kept))
+    nodes = sorted(set(lab_addresses().values()) - {STORE})
+    code, output, elapsed = playbook("without-proxy", ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml"],
+                                     "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
+                                     "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
+                                     timeout=NO_PROXY_TIMEOUT, env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+    if code is None:
+        fail("without preflight_apt_proxy site.yml ran past %d s instead of stopping" % NO_PROXY_TIMEOUT)
+    if code == 0:
+        fail("without preflight_apt_proxy site.yml passed")
+    messages = {}
+    for line in output.splitlines():
+        match = re.match(r"^fatal: \[([^\]]+)\]: FAILED! => (\{.*\})$", line)
+        if match:
+            messages[match.group(1)] = str(json.loads(match.group(2)).get("msg"))
+    for node in nodes:
+        message = messages.get(node, "")
+        if not message.startswith("preflight on %s: " % node) or "preflight_apt_proxy" not in message:
+            print(output[-3000:])
+            fail("without preflight_apt_proxy %s did not stop with preflight's message naming the variable: %r" % (node, message))
+    task = re.search(r"^TASK \[([^\]]*preflight : Stop where a package source does not answer)\]", output, re.MULTILINE)
+    if not task:
+        fail("the failure is not preflight's check of the package sources")
+    if recap(output) and any(stats.get("changed") for stats in recap(output).values()):
+        fail("the run without the proxy changed something: %s" % changed_tasks(output))
+    print("airgap-lab: stopped in %.0f s, in TASK [%s], on %s; the message on %s:\n  %s"
+          % (elapsed, task.group(1), ", ".join(nodes), nodes[0], messages[nodes[0]]), flush=True)
+    sh(nodes[0], "test -f /etc/apt/apt.conf.d/01dlinfra-proxy")  # the proxy of the converged lab is still in place
+    packets, attempts, lookups, own = record()
+    print("airgap-lab: what the nodes tried in that run (the check's own look for the archive, refused):")
+    for line in describe(packets, attempts, lookups, own, [WORK / "without-proxy.timed.log"]):
+        print("  " + line)
+    return elapsed
+
+
+def attempts_only():
+    packets, attempts, lookups, own = record()
+    for line in describe(packets, attempts, lookups, own):
+        print("airgap: " + line)
+    return 1 if packets or attempts or lookups else 0
+
+
+def main():
+    WORK.mkdir(parents=True, exist_ok=True)
+    times = {}
+    step("a fresh air-gapped lab (AIRGAP=1 tests/harness/demo.sh lab)")
+    started = time.monotonic()
+    for command in (["tests/harness/demo.sh", "down"], ["tests/harness/demo.sh", "lab"]):
+        if subprocess.call(command, cwd=ROOT, env=environment()) != 0:
+            fail(" ".join(command))
+    times["lab"] = time.monotonic() - started
+
+    step("a node's attempts to reach the outside fail at once, and are recorded (packets in the node, lookups on the store)")
+    counter_fires()
+    reset()
+
+    step("site.yml converges on the air-gapped lab")
+    code, output, times["site 1"] = playbook("site-1", INVENTORY)
+    if code != 0:
+        print(output[-4000:])
+        fail("site.yml failed on the air-gapped lab")
+
+    step("a second run changes nothing")
+    code, output, times["site 2"] = playbook("site-2", INVENTORY)
+    if code != 0:
+        print(output[-4000:])
+        fail("the second site.yml run failed")
+    changed = {host: stats["changed"] for host, stats in recap(output).items() if stats.get("changed")}
+    if changed or not recap(output):
+        fail("the second run changed %s: %s" % (changed or "(no recap)", changed_tasks(output)))
+
+    step("the nodes tried to reach nothing but the store")
+    packets, attempts, lookups, own = record()
+    lines = describe(packets, attempts, lookups, own, [WORK / "site-1.timed.log", WORK / "site-2.timed.log"])
+    for line in lines:
+        print("  " + line)
+    if packets or attempts or lookups:
+        fail("the nodes tried to reach the outside during site.yml: %s" % "; ".join(lines[1:]))
+
+    step("the same inventory without preflight_apt_proxy: site.yml stops in preflight, naming the host and the variable")
+    times["without proxy"] = without_proxy()
+    reset()
+
+    print("\nairgap-lab: passed; " + ", ".join("%s %.0f s" % item for item in times.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(attempts_only() if "--attempts" in sys.argv[1:] else main())
