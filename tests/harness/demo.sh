@@ -62,6 +62,10 @@ quietly() {
 
 lab() {
   local pairs missing present store mode store_ip=""
+  if [ "$airgap" = 1 ] && [ "$(id -u)" -eq 0 ] && ! command -v nft >/dev/null; then
+    echo "demo: installing nftables (the nodes' record of outbound attempts is an nftables table)"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q nftables >/dev/null
+  fi
   if [ "$airgap" = 1 ] && { [ "$(id -u)" -ne 0 ] || ! command -v nft >/dev/null || ! command -v nsenter >/dev/null; }; then
     echo "demo: AIRGAP=1 records the nodes' outbound attempts in their network namespaces: run it as root, with nft" \
       "(apt-get install nftables) and nsenter (util-linux)" >&2
