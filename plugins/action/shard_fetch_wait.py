@@ -328,6 +328,8 @@ class _Watch(object):
     def show(self):
         args = self.args
         progress = self.action._read_progress(args["dest"], args["progress_id"], self.task_vars)
+        if progress is None and self.last is not None:
+            return  # the engine has ended and removed its progress file: the summary line comes next, not "preparing"
         if progress is None:
             display.display("%s: preparing (reading dest and the journal, planning the transfers)" % _name(self.host, args["label"]))
         else:

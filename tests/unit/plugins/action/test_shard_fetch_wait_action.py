@@ -191,6 +191,19 @@ def test_the_action_shows_progress_a_placeholder_and_the_summary_without_polling
     assert list(tmp_path.rglob("*.json")) == []
 
 
+def test_a_node_whose_progress_file_went_at_its_end_shows_nothing_more(tmp_path, monkeypatch):
+    lines = []
+    monkeypatch.setattr(shard_fetch_wait.display, "display", lambda msg, *args, **kwargs: lines.append(msg))
+    action = make_action(dict(dest="/srv/ds", progress_id="ds-1", progress_interval=30, label="ds"))
+    reads = iter([None, dict(RUNNING, run_id="ds-1"), None])
+    action._read_progress = lambda dest, run_id, task_vars: next(reads)
+    watch = shard_fetch_wait._Watch(action, {}, "gpu1", action._task.args, Board("ds-1", ["gpu1"], root=str(tmp_path)))
+    for _look in range(3):
+        watch.show()
+    assert lines == ["gpu1 ds: preparing (reading dest and the journal, planning the transfers)",
+                     "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"]
+
+
 def test_the_action_without_a_progress_id_only_waits(monkeypatch):
     lines = []
     monkeypatch.setattr(shard_fetch_wait.display, "display", lambda msg, *args, **kwargs: lines.append(msg))
