@@ -10,11 +10,13 @@ Runs as root: the record of each node's packets lives in the node's network name
   4. the nodes made no outbound attempt during the two runs: every packet to an address off the internal network, and
      every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the store),
      fails the stage, named with the node, the address or name, and the task that was running then;
-  5. the same inventory without preflight_apt_proxy: site.yml stops in preflight, before any change and within seconds,
-     on every node, with a message naming the host, the role and the variable to set.
+  5. the same inventory without one of the variables that point a role at the store (preflight_apt_proxy,
+     nvidia_container_toolkit_repo_mirror, anaconda_installer_mirror; WITHOUT): site.yml stops in that role, before any
+     change and within seconds, on every host the role runs on, with a message naming the host, the role and the variable.
 
   airgap_lab.py             the stage
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
+  airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged)
 """
 import json
 import os
@@ -35,7 +37,7 @@ TABLE = ["inet", "dlinfra_airgap"]
 DNS_LOG = "/var/log/dlinfra-airgap/dns.log"
 DNS_QUERY = re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) dnsmasq\[\d+\]: (?:\d+ \S+ )?query\[(\w+)\] (\S+) from (\S+)")
 TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.*?\])")
-NO_PROXY_TIMEOUT = 300
+NEGATIVE_TIMEOUT = 300
 
 STAGE = Stage("airgap-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
@@ -239,48 +241,79 @@ def counter_fires():
             fail("the lookup of %s on %s was not recorded" % (name, PROBE_NODE))
 
 
-def without_proxy():
-    """site.yml with the inventory minus preflight_apt_proxy: stops in preflight on every node, naming host and variable."""
-    inventory = WORK / "inventory-without-proxy"
+# The negative runs: the lab's inventory less one variable that points a role at the store. Each stops, before any change
+# and within seconds, on every host the role runs on, with the role's message naming the host and the variable to set.
+# (group_vars file, the lines removed, the role, the hosts' group, the task that stops, what else the run is given)
+WITHOUT = [
+    ("airgap_lab.yml", ["preflight_apt_proxy", "lab_fixture_apt_proxy"], "preflight", "gpu_cluster",
+     "Stop where a package source does not answer", []),
+    ("gpu_nodes.yml", ["nvidia_container_toolkit_repo_mirror"], "nvidia_container_toolkit", "gpu_nodes",
+     "Check that the package repositories answer", ["--tags", "nvidia_container_toolkit"]),
+    # An installed prefix needs no installer: a node that still needs one is a new prefix.
+    ("gpu_nodes.yml", ["anaconda_installer_mirror"], "anaconda", "gpu_nodes",
+     "Check that the installer's download site answers", ["--tags", "anaconda", "-e", "anaconda_prefix=/opt/airgap-check-conda"]),
+]
+
+
+def group_hosts(group):
+    listed = json.loads(subprocess.run(["ansible-inventory", "--list"] + INVENTORY, cwd=ROOT, env=environment(),
+                                       capture_output=True, text=True, check=True).stdout)
+    hosts, pending = set(), [group]
+    while pending:
+        entry = listed.get(pending.pop(), {})
+        hosts.update(entry.get("hosts", []))
+        pending.extend(entry.get("children", []))
+    return sorted(hosts)
+
+
+def without(vars_file, removed, role, group, task_name, extra):
+    """site.yml with the inventory less the lines `removed` of group_vars/vars_file: it stops in role's task_name on
+    every host of group, naming the host, the role and the variable (removed[0]), and changes nothing."""
+    variable = removed[0]
+    inventory = WORK / ("inventory-without-" + variable)
     shutil.rmtree(inventory, ignore_errors=True)
     shutil.copytree(ROOT / "inventories" / "sim", inventory)
-    airgap_vars = inventory / "group_vars" / "airgap_lab.yml"
-    lines = airgap_vars.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if not re.match(r"^(preflight_apt_proxy|lab_fixture_apt_proxy):", line)]
-    if len(kept) != len(lines) - 2:
-        fail("%s does not set preflight_apt_proxy and lab_fixture_apt_proxy" % airgap_vars)
-    airgap_vars.write_text("".join(kept))
-    nodes = sorted(set(lab_addresses().values()) - {STORE})
-    code, output, elapsed = playbook("without-proxy", ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml"],
+    path = inventory / "group_vars" / vars_file
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not re.match(r"^(%s):" % "|".join(removed), line)]
+    if len(kept) != len(lines) - len(removed):
+        fail("%s does not set %s" % (path, ", ".join(removed)))
+    path.write_text("".join(kept))
+    nodes = group_hosts(group)
+    code, output, elapsed = playbook("without-" + variable, ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml"],
                                      "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
                                      "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
-                                     timeout=NO_PROXY_TIMEOUT, env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+                                     *extra, timeout=NEGATIVE_TIMEOUT, env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
     if code is None:
-        fail("without preflight_apt_proxy site.yml ran past %d s instead of stopping" % NO_PROXY_TIMEOUT)
+        fail("without %s site.yml ran past %d s instead of stopping" % (variable, NEGATIVE_TIMEOUT))
     if code == 0:
-        fail("without preflight_apt_proxy site.yml passed")
-    messages = {}
+        fail("without %s site.yml passed" % variable)
+    messages, tasks, task = {}, {}, None
     for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK ["):].split("]")[0]
         match = re.match(r"^fatal: \[([^\]]+)\]: FAILED! => (\{.*\})$", line)
         if match:
             messages[match.group(1)] = str(json.loads(match.group(2)).get("msg"))
+            tasks[match.group(1)] = task
+    expected = re.compile(r"^(?:\w+\.\w+\.)?%s : %s$" % (role, re.escape(task_name)))
     for node in nodes:
         message = messages.get(node, "")
-        if not message.startswith("preflight on %s: " % node) or "preflight_apt_proxy" not in message:
+        if not message.startswith("%s on %s: " % (role, node)) or variable not in message:
             print(output[-3000:])
-            fail("without preflight_apt_proxy %s did not stop with preflight's message naming the variable: %r" % (node, message))
-    task = re.search(r"^TASK \[([^\]]*preflight : Stop where a package source does not answer)\]", output, re.MULTILINE)
-    if not task:
-        fail("the failure is not preflight's check of the package sources")
+            fail("without %s %s did not stop with %s's message naming the host and the variable: %r" % (variable, node, role, message))
+        if not expected.match(tasks[node] or ""):
+            fail("without %s %s stopped in TASK [%s], not in %s's check (%s)" % (variable, node, tasks[node], role, task_name))
     if recap(output) and any(stats.get("changed") for stats in recap(output).values()):
-        fail("the run without the proxy changed something: %s" % changed_tasks(output))
-    print("airgap-lab: stopped in %.0f s, in TASK [%s], on %s; the message on %s:\n  %s"
-          % (elapsed, task.group(1), ", ".join(nodes), nodes[0], messages[nodes[0]]), flush=True)
+        fail("the run without %s changed something: %s" % (variable, changed_tasks(output)))
+    print("airgap-lab: without %s: stopped in %.0f s, in TASK [%s], on %s; the message on %s:\n  %s"
+          % (variable, elapsed, tasks[nodes[0]], ", ".join(nodes), nodes[0], messages[nodes[0]]), flush=True)
     sh(nodes[0], "test -f /etc/apt/apt.conf.d/01dlinfra-proxy")  # the proxy of the converged lab is still in place
     packets, attempts, lookups, own = record()
-    print("airgap-lab: what the nodes tried in that run (the check's own look for the archive, refused):")
-    for line in describe(packets, attempts, lookups, own, [WORK / "without-proxy.timed.log"]):
+    print("airgap-lab: what the nodes tried in that run (the checks' own look for the outside, refused):")
+    for line in describe(packets, attempts, lookups, own, [WORK / ("without-%s.timed.log" % variable)]):
         print("  " + line)
+    reset()
     return elapsed
 
 
@@ -328,13 +361,21 @@ def main():
     if packets or attempts or lookups:
         fail("the nodes tried to reach the outside during site.yml: %s" % "; ".join(lines[1:]))
 
-    step("the same inventory without preflight_apt_proxy: site.yml stops in preflight, naming the host and the variable")
-    times["without proxy"] = without_proxy()
-    reset()
+    for case in WITHOUT:
+        step("the same inventory without %s: site.yml stops in %s, naming the host and the variable" % (case[1][0], case[2]))
+        times["without " + case[1][0]] = without(*case)
 
     print("\nairgap-lab: passed; " + ", ".join("%s %.0f s" % item for item in times.items()))
     return 0
 
 
+def without_only():
+    WORK.mkdir(parents=True, exist_ok=True)
+    reset()
+    for case in WITHOUT:
+        without(*case)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(attempts_only() if "--attempts" in sys.argv[1:] else main())
+    sys.exit(attempts_only() if "--attempts" in sys.argv[1:] else without_only() if "--without" in sys.argv[1:] else main())

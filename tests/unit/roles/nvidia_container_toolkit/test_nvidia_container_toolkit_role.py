@@ -110,3 +110,26 @@ def test_only_the_engines_asked_for_are_installed():
 
 def test_defaults_install_no_engine():
     assert resolve(role_templar("debian13"), "__nvidia_container_toolkit_engines_wanted") == []
+
+
+def reach_check_sources(templar):
+    """The sources preflight's reachability check asks, rendered from the task as the role has it."""
+    import yaml
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    task = [t for t in tasks if "dlinfra.gpu_cluster.source_reachable" in t][0]
+    variables = dict(templar.available_variables, **trust(task["vars"]))
+    return Templar(loader=DataLoader(), variables=variables).template(trust(task["dlinfra.gpu_cluster.source_reachable"]["sources"]))
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ({}, [("https://nvidia.github.io/libnvidia-container/gpgkey", "direct"),
+          ("https://nvidia.github.io/libnvidia-container/stable/deb/amd64/InRelease", "apt")]),
+    ({"nvidia_container_toolkit_repo_mirror": "http://store/nv", "nvidia_container_toolkit_engine_source": "docker",
+      "nvidia_container_toolkit_docker_repo_mirror": "http://store/docker/debian"},
+     [("http://store/nv/gpgkey", "direct"), ("http://store/nv/stable/deb/amd64/InRelease", "apt"),
+      ("http://store/docker/debian/gpg", "direct"), ("http://store/docker/debian/dists/trixie/InRelease", "apt")]),
+    ({"nvidia_container_toolkit_source": "local"}, []),
+])
+def test_the_reachability_check_asks_what_the_role_will_download(overrides, expected):
+    sources = reach_check_sources(role_templar("debian13", **overrides))
+    assert [(s["url"], s.get("route", "direct")) for s in sources] == expected
