@@ -12,11 +12,16 @@ Runs as root: the record of each node's packets lives in the node's network name
      fails the stage, named with the node, the address or name, and the task that was running then;
   5. the same inventory without one of the variables that point a role at the store (preflight_apt_proxy,
      nvidia_container_toolkit_repo_mirror, anaconda_installer_mirror; WITHOUT): site.yml stops in that role, before any
-     change and within seconds, on every host the role runs on, with a message naming the host, the role and the variable.
+     change and within seconds, on every host the role runs on, with a message naming the host, the role and the variable;
+  6. the lab moves from the proxy to archive mirrors (apt-cacher-ng's /debian and /debian-security paths):
+     preflight_apt_mirror and preflight_apt_security_mirror instead of preflight_apt_proxy. site.yml points every node's
+     own sources at them (the distribution's files kept as *.dlinfra.orig), a second run changes nothing, and the nodes
+     tried to reach nothing else.
 
   airgap_lab.py             the stage
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
-  airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged)
+  airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged with the proxy)
+  airgap_lab.py --mirrors   step 6 alone, on the air-gapped lab as it is
 """
 import json
 import os
@@ -38,6 +43,8 @@ DNS_LOG = "/var/log/dlinfra-airgap/dns.log"
 DNS_QUERY = re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) dnsmasq\[\d+\]: (?:\d+ \S+ )?query\[(\w+)\] (\S+) from (\S+)")
 TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.*?\])")
 NEGATIVE_TIMEOUT = 300
+# Debian's archive and security archive as mirrors: apt-cacher-ng's paths for them on the store.
+MIRRORS = ("http://%s:3142/debian" % STORE, "http://%s:3142/debian-security" % STORE)
 
 STAGE = Stage("airgap-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
@@ -317,6 +324,47 @@ def without(vars_file, removed, role, group, task_name, extra):
     return elapsed
 
 
+def mirrors_instead_of_proxy():
+    """The lab moves from the apt proxy to archive mirrors (apt-cacher-ng serves both: its /debian and /debian-security
+    paths are mirrors of Debian's archive): site.yml points every node's own sources at them, and a second run changes
+    nothing, with no attempt to reach the outside."""
+    inventory = WORK / "inventory-mirrors"
+    shutil.rmtree(inventory, ignore_errors=True)
+    shutil.copytree(ROOT / "inventories" / "sim", inventory)
+    path = inventory / "group_vars" / "airgap_lab.yml"
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if not re.match(r"^(preflight_apt_proxy|lab_fixture_apt_proxy):", line)]
+    if len(kept) != len(lines) - 2:
+        fail("%s does not set preflight_apt_proxy and lab_fixture_apt_proxy" % path)
+    path.write_text("".join(kept) + "preflight_apt_mirror: %s\npreflight_apt_security_mirror: %s\n" % MIRRORS)
+    inventory_args = ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml",
+                      "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
+                      "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments")]
+    times = {}
+    code, output, times["mirrors"] = playbook("mirrors-1", inventory_args)
+    if code != 0:
+        print(output[-4000:])
+        fail("site.yml failed with the archive mirrors instead of the proxy")
+    code, output, times["mirrors again"] = playbook("mirrors-2", inventory_args)
+    changed = {host: stats["changed"] for host, stats in recap(output).items() if stats.get("changed")}
+    if code != 0 or changed or not recap(output):
+        print(output[-4000:])
+        fail("the second run with the mirrors: exit %s, changed %s: %s" % (code, changed, changed_tasks(output)))
+    for node in group_hosts("gpu_cluster"):
+        sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
+        if "deb.debian.org" in sources or MIRRORS[0] not in sources:
+            fail("%s's sources after the mirrors run:\n%s" % (node, sources))
+        sh(node, "test -f /etc/apt/sources.list.dlinfra.orig && ! test -e /etc/apt/apt.conf.d/01dlinfra-proxy")
+    packets, attempts, lookups, own = record()
+    lines = describe(packets, attempts, lookups, own, [WORK / "mirrors-1.timed.log", WORK / "mirrors-2.timed.log"])
+    for line in lines:
+        print("  " + line)
+    if packets or attempts or lookups:
+        fail("the nodes tried to reach the outside with the mirrors: %s" % "; ".join(lines[1:]))
+    print("airgap-lab: every node's sources point at %s and %s; the distribution's files are kept as *.dlinfra.orig" % MIRRORS)
+    return times
+
+
 def attempts_only():
     packets, attempts, lookups, own = record()
     for line in describe(packets, attempts, lookups, own):
@@ -365,6 +413,9 @@ def main():
         step("the same inventory without %s: site.yml stops in %s, naming the host and the variable" % (case[1][0], case[2]))
         times["without " + case[1][0]] = without(*case)
 
+    step("the lab moves from the apt proxy to archive mirrors (preflight_apt_mirror, preflight_apt_security_mirror)")
+    times.update(mirrors_instead_of_proxy())
+
     print("\nairgap-lab: passed; " + ", ".join("%s %.0f s" % item for item in times.items()))
     return 0
 
@@ -378,4 +429,13 @@ def without_only():
 
 
 if __name__ == "__main__":
-    sys.exit(attempts_only() if "--attempts" in sys.argv[1:] else without_only() if "--without" in sys.argv[1:] else main())
+    if "--attempts" in sys.argv[1:]:
+        sys.exit(attempts_only())
+    if "--without" in sys.argv[1:]:
+        sys.exit(without_only())
+    if "--mirrors" in sys.argv[1:]:
+        WORK.mkdir(parents=True, exist_ok=True)
+        reset()
+        print(mirrors_instead_of_proxy())
+        sys.exit(0)
+    sys.exit(main())
