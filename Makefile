@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is a step of theirs.
 PYTHON ?= python3
 
-.PHONY: test demo demo-down venv docker images unit lint sanity molecule bench bench-peer
+.PHONY: test demo bundle demo-down venv docker images unit lint sanity molecule bench bench-peer
 
 test:  ## every check, in order, with each stage's time (what CI runs)
 	@$(PYTHON) tests/harness/run_stages.py
@@ -12,6 +12,9 @@ AIRGAP ?= 0
 
 demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed (AIRGAP=1: air-gapped)
 	@AIRGAP=$(AIRGAP) tests/harness/demo.sh up
+
+bundle: venv  ## the offline bundle of the air-gapped lab (after make demo AIRGAP=1), on the store and its manifest in .cache/demo
+	@.venv/bin/ansible-playbook playbooks/bundle.yml -i inventories/sim -i tests/fixtures/airgap_hosts.yml -e bundle_host=sim-store
 
 demo-down:  ## remove the simulated lab
 	@tests/harness/demo.sh down

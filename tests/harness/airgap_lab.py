@@ -13,15 +13,17 @@ Runs as root: the record of each node's packets lives in the node's network name
   5. the same inventory without one of the variables that point a role at the store (preflight_apt_proxy,
      nvidia_container_toolkit_repo_mirror, anaconda_installer_mirror; WITHOUT): site.yml stops in that role, before any
      change and within seconds, on every host the role runs on, with a message naming the host, the role and the variable;
-  6. the lab moves from the proxy to archive mirrors (apt-cacher-ng's /debian and /debian-security paths):
-     preflight_apt_mirror and preflight_apt_security_mirror instead of preflight_apt_proxy. site.yml points every node's
-     own sources at them (the distribution's files kept as *.dlinfra.orig), a second run changes nothing, and the nodes
-     tried to reach nothing else.
+  6. the offline bundle (playbooks/bundle.yml): built twice on the store from what the two runs fetched through its
+     proxy, to the same manifest; carried to a fresh air-gapped lab whose store serves it with apt-cacher-ng stopped;
+     site.yml converges from it with tests/fixtures/airgap_bundle.yml (archive mirrors, the toolkit repository and the
+     installer from the bundle, no proxy), and the nodes tried to reach nothing else.
 
   airgap_lab.py             the stage
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
   airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged with the proxy)
-  airgap_lab.py --mirrors   step 6 alone, on the air-gapped lab as it is
+  airgap_lab.py --mirrors   on the air-gapped lab as it is (converged with the proxy): move it to apt-cacher-ng's archive
+                            mirror paths (preflight_apt_mirror), twice, the second changing nothing, and no attempt out
+  airgap_lab.py --bundle    step 6 alone, on the air-gapped lab as it is (converged with the proxy)
 """
 import json
 import os
@@ -45,6 +47,7 @@ TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.
 NEGATIVE_TIMEOUT = 300
 # Debian's archive and security archive as mirrors: apt-cacher-ng's paths for them on the store.
 MIRRORS = ("http://%s:3142/debian" % STORE, "http://%s:3142/debian-security" % STORE)
+BUNDLE_DIR = "/var/www/html/bundle"  # bundle_dir of the store (inventories/sim/group_vars/dataset_store.yml)
 
 STAGE = Stage("airgap-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
@@ -365,6 +368,75 @@ def mirrors_instead_of_proxy():
     return times
 
 
+def build_bundle(name):
+    """playbooks/bundle.yml on the store; (the manifest's text, the run's recap of the store)."""
+    manifest = WORK / "bundle-manifest.sha256"  # one path: fetch changes it only when the manifest differs
+    log = WORK / ("%s.log" % name)
+    started = time.monotonic()
+    with open(log, "w") as out:
+        code = subprocess.call(["ansible-playbook", "playbooks/bundle.yml"] + INVENTORY
+                               + ["-e", "bundle_host=%s" % STORE, "-e", "bundle_manifest=%s" % manifest],
+                               cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT)
+    output = log.read_text(errors="replace")
+    print("airgap-lab: bundle.yml (%s): exit %d in %.0f s (log %s)" % (name, code, time.monotonic() - started, log), flush=True)
+    if code != 0 or not manifest.exists():
+        print(output[-3000:])
+        fail("bundle.yml failed")
+    return manifest.read_text(), recap(output).get(STORE, {}), time.monotonic() - started
+
+
+def offline_bundle():
+    """The bundle for a site that cannot reach even a mirror: built twice from what the converged lab fetched through the
+    proxy, to the same manifest; carried to a fresh air-gapped lab whose store serves it with apt-cacher-ng stopped;
+    site.yml converges from it (tests/fixtures/airgap_bundle.yml), with no attempt to reach anything else."""
+    times = {}
+    (WORK / "bundle-manifest.sha256").unlink(missing_ok=True)
+    first, stats, times["bundle"] = build_bundle("bundle-1")
+    second, stats_again, times["bundle again"] = build_bundle("bundle-2")
+    if first != second:
+        fail("the second build's manifest differs from the first's:\n%s" % "\n".join(
+            sorted(set(first.splitlines()) ^ set(second.splitlines()))[:20]))
+    if stats_again.get("changed"):
+        fail("the second build reported a change: %s" % stats_again)
+    entries = [line.split(None, 1)[1] for line in first.splitlines()]
+    debs = [path for path in entries if path.endswith(".deb")]
+    for wanted in ("debian/dists/", "debian-security/dists/", "sim-store/vendor/libnvidia-container/gpgkey",
+                   "sim-store/vendor/libnvidia-container/stable/deb/", "sim-store/vendor/miniforge/"):
+        if not any(path.startswith(wanted) for path in entries):
+            fail("the bundle holds nothing under %s" % wanted)
+    print("airgap-lab: the bundle: %d files (%d packages), the same manifest twice" % (len(entries), len(debs)), flush=True)
+
+    step("the bundle, carried to a fresh air-gapped lab whose store serves it with its caching proxy stopped")
+    copy = WORK / "bundle"
+    shutil.rmtree(copy, ignore_errors=True)
+    subprocess.run(["docker", "cp", "%s:%s" % (STORE, BUNDLE_DIR), str(copy)], check=True)
+    started = time.monotonic()
+    for command in (["tests/harness/demo.sh", "down"], ["tests/harness/demo.sh", "lab"]):
+        if subprocess.call(command, cwd=ROOT, env=environment()) != 0:
+            fail(" ".join(command))
+    sh(STORE, "systemctl disable --now apt-cacher-ng && ! systemctl is-active apt-cacher-ng")
+    subprocess.run(["docker", "cp", str(copy), "%s:%s" % (STORE, BUNDLE_DIR)], check=True)
+    sh(STORE, "cd %s && sha256sum --quiet -c MANIFEST.sha256" % BUNDLE_DIR)
+    times["fresh lab"] = time.monotonic() - started
+    reset()
+
+    code, output, times["site from the bundle"] = playbook("bundle-site", INVENTORY + ["-e", "@tests/fixtures/airgap_bundle.yml"])
+    if code != 0:
+        print(output[-4000:])
+        fail("site.yml failed on the fresh lab from the bundle")
+    for node in group_hosts("gpu_cluster"):
+        sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
+        if "deb.debian.org" in sources or "http://sim-store/bundle/debian" not in sources:
+            fail("%s's sources after the run from the bundle:\n%s" % (node, sources))
+    packets, attempts, lookups, own = record()
+    lines = describe(packets, attempts, lookups, own, [WORK / "bundle-site.timed.log"])
+    for line in lines:
+        print("  " + line)
+    if packets or attempts or lookups:
+        fail("the nodes tried to reach the outside while converging from the bundle: %s" % "; ".join(lines[1:]))
+    return times
+
+
 def attempts_only():
     packets, attempts, lookups, own = record()
     for line in describe(packets, attempts, lookups, own):
@@ -413,8 +485,8 @@ def main():
         step("the same inventory without %s: site.yml stops in %s, naming the host and the variable" % (case[1][0], case[2]))
         times["without " + case[1][0]] = without(*case)
 
-    step("the lab moves from the apt proxy to archive mirrors (preflight_apt_mirror, preflight_apt_security_mirror)")
-    times.update(mirrors_instead_of_proxy())
+    step("the offline bundle: built twice from what the lab fetched through the proxy, to the same manifest")
+    times.update(offline_bundle())
 
     print("\nairgap-lab: passed; " + ", ".join("%s %.0f s" % item for item in times.items()))
     return 0
@@ -433,6 +505,10 @@ if __name__ == "__main__":
         sys.exit(attempts_only())
     if "--without" in sys.argv[1:]:
         sys.exit(without_only())
+    if "--bundle" in sys.argv[1:]:
+        WORK.mkdir(parents=True, exist_ok=True)
+        print(offline_bundle())
+        sys.exit(0)
     if "--mirrors" in sys.argv[1:]:
         WORK.mkdir(parents=True, exist_ok=True)
         reset()
