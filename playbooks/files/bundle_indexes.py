@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Make each suite of an offline bundle's archives whole: the InRelease its cached indexes belong to, and every package
@@ -144,7 +144,7 @@ def main(bundle, proxy=None):
         fetched = 0
         if os.path.basename(os.path.dirname(root)) == "dists" and archive in ARCHIVES and proxy:
             top = os.path.join(bundle, archive)
-            archs = {d[len("binary-"):] for _, subdirs, _ in os.walk(top) for d in subdirs if d.startswith("binary-")}
+            archs = {d[len("binary-"):] for walked in os.walk(top) for d in walked[1] if d.startswith("binary-")}
             fetched = complete(root, "%s/%s" % (proxy.rstrip("/"), archive), archs)
         print("%s: %s kept as InRelease, %d index(es) fetched" % (os.path.relpath(root, bundle), chosen, fetched))
         dirs[:] = [d for d in dirs if d != "by-hash"]
