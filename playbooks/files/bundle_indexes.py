@@ -58,7 +58,7 @@ def file_sha256(path):
 def covers(suite_dir, listed, needed):
     """Every directory in needed has an index the release lists, by its hash, in the bundle. A flat repository (no
     by-hash directories) has its indexes beside the release: each of them must be the one listed."""
-    if not needed:
+    if not needed and os.path.basename(os.path.dirname(suite_dir)) != "dists":
         present = [path for path in listed if os.path.isfile(os.path.join(suite_dir, path))]
         return bool(present) and all(file_sha256(os.path.join(suite_dir, path)) == listed[path] for path in present)
     for directory in needed:

@@ -131,3 +131,13 @@ def test_a_flat_repository_keeps_the_version_that_lists_its_packages_file(tmp_pa
     bundle_indexes.main(str(tmp_path), "http://127.0.0.1:9")  # a flat repository is not completed: nothing asked
     assert sorted(p.name for p in repo.iterdir()) == ["InRelease", "Packages"]
     assert (repo / "InRelease").read_text() == release(packages)
+
+
+def test_a_suite_whose_indexes_the_cache_never_fetched_keeps_its_newest_inrelease(tmp_path):
+    suite = tmp_path / "debian" / "dists" / "trixie-updates"
+    suite.mkdir(parents=True)
+    (suite / "InRelease.200").write_text(release(("main/binary-amd64/Packages.xz", "4" * 64)))
+    (suite / "InRelease.100").write_text(release(("main/binary-amd64/Packages.xz", "5" * 64)))
+    bundle_indexes.main(str(tmp_path))
+    assert sorted(p.name for p in suite.iterdir()) == ["InRelease"]
+    assert "4" * 64 in (suite / "InRelease").read_text()
