@@ -120,6 +120,17 @@ def record():
     return packets, attempts, lookups, own
 
 
+def require_no_attempts(runs, during):
+    """Print what the nodes tried since the records were emptied; fail, naming each attempt, if they tried anything.
+    runs: the names of the playbook runs whose timed logs say which task was running."""
+    packets, attempts, lookups, own = record()
+    lines = describe(packets, attempts, lookups, own, [WORK / ("%s.timed.log" % run) for run in runs])
+    for line in lines:
+        print("  " + line)
+    if packets or attempts or lookups:
+        fail("the nodes tried to reach the outside %s: %s" % (during, "; ".join(lines[1:])))
+
+
 def reset():
     for pid in node_pids().values():
         nft(pid, "flush", "set", *TABLE, "attempts")
@@ -358,12 +369,7 @@ def mirrors_instead_of_proxy():
         if "deb.debian.org" in sources or MIRRORS[0] not in sources:
             fail("%s's sources after the mirrors run:\n%s" % (node, sources))
         sh(node, "test -f /etc/apt/sources.list.dlinfra.orig && ! test -e /etc/apt/apt.conf.d/01dlinfra-proxy")
-    packets, attempts, lookups, own = record()
-    lines = describe(packets, attempts, lookups, own, [WORK / "mirrors-1.timed.log", WORK / "mirrors-2.timed.log"])
-    for line in lines:
-        print("  " + line)
-    if packets or attempts or lookups:
-        fail("the nodes tried to reach the outside with the mirrors: %s" % "; ".join(lines[1:]))
+    require_no_attempts(["mirrors-1", "mirrors-2"], "with the mirrors")
     print("airgap-lab: every node's sources point at %s and %s; the distribution's files are kept as *.dlinfra.orig" % MIRRORS)
     return times
 
@@ -428,12 +434,7 @@ def offline_bundle():
         sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
         if "deb.debian.org" in sources or "http://sim-store/bundle/debian" not in sources:
             fail("%s's sources after the run from the bundle:\n%s" % (node, sources))
-    packets, attempts, lookups, own = record()
-    lines = describe(packets, attempts, lookups, own, [WORK / "bundle-site.timed.log"])
-    for line in lines:
-        print("  " + line)
-    if packets or attempts or lookups:
-        fail("the nodes tried to reach the outside while converging from the bundle: %s" % "; ".join(lines[1:]))
+    require_no_attempts(["bundle-site"], "while converging from the bundle")
     return times
 
 
@@ -474,12 +475,7 @@ def main():
         fail("the second run changed %s: %s" % (changed or "(no recap)", changed_tasks(output)))
 
     step("the nodes tried to reach nothing but the store")
-    packets, attempts, lookups, own = record()
-    lines = describe(packets, attempts, lookups, own, [WORK / "site-1.timed.log", WORK / "site-2.timed.log"])
-    for line in lines:
-        print("  " + line)
-    if packets or attempts or lookups:
-        fail("the nodes tried to reach the outside during site.yml: %s" % "; ".join(lines[1:]))
+    require_no_attempts(["site-1", "site-2"], "during site.yml")
 
     for case in WITHOUT:
         step("the same inventory without %s: site.yml stops in %s, naming the host and the variable" % (case[1][0], case[2]))
