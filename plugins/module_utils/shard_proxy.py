@@ -24,7 +24,7 @@ class ProxyError(ValueError):
 class Proxy(object):
     """An http:// proxy: where to connect, and the Proxy-Authorization header its URL's user info asks for (or None)."""
 
-    __slots__ = ("url", "host", "port", "authorization")
+    __slots__ = ("url", "address", "host", "port", "authorization")
 
     def __init__(self, url):
         parts = urlsplit(url if "://" in url else "http://" + url)
@@ -37,6 +37,7 @@ class Proxy(object):
         if not parts.hostname:
             raise ProxyError("proxy %s has no host" % _shown(url))
         self.url = _shown(url)
+        self.address = url  # as given, credentials included: for clients that take a proxy URL; never shown
         self.host = parts.hostname
         self.port = port
         self.authorization = None

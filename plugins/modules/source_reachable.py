@@ -44,7 +44,7 @@ options:
       route:
         description:
           - C(direct) goes as ansible.builtin.get_url does, through the proxy the task's environment names (C(http_proxy),
-            C(https_proxy), C(no_proxy)) or none.
+            C(https_proxy), C(all_proxy), C(no_proxy), read as curl reads them) or none.
           - C(apt) goes as apt does, through the proxy apt is configured with (C(Acquire::http::Proxy),
             C(Acquire::https::Proxy)), or as C(direct) where none is.
         type: str
@@ -106,15 +106,17 @@ sources:
 import os
 import re
 import socket
+from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
 
 APT_PROXY = re.compile(r'^Acquire::(https?)::Proxy "([^"]*)";$')
-PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY")
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
 
 
 def apt_proxies(dump):
@@ -128,18 +130,16 @@ def apt_proxies(dump):
     return {scheme: ("" if value.upper() == "DIRECT" else value) for scheme, value in found.items()}
 
 
-def environment_proxy(url, environ):
-    """The proxy a direct request to url goes through: urllib's reading of the environment, no_proxy included."""
-    scheme = url.partition(":")[0].lower()
-    for name in (scheme + "_proxy", scheme.upper() + "_PROXY"):
-        if environ.get(name):
-            host = re.sub(r"^[^/]*//(?:[^@/]*@)?([^/:?#]*).*$", r"\1", url).lower()
-            for entry in (environ.get("no_proxy") or environ.get("NO_PROXY") or "").split(","):
-                entry = entry.strip().lower().lstrip(".")
-                if entry == "*" or (entry and (host == entry or host.endswith("." + entry))):
-                    return ""
-            return environ[name]
-    return ""
+def chosen_proxy(url, setting=None):
+    """(the proxy URL a request to url goes through, '' for none; an error, '' for none). setting None: the environment's
+    proxy variables; else that proxy ('' for none). Decided as the staging engine decides it, the way curl does
+    (module_utils/shard_proxy.py): no_proxy applies either way."""
+    parts = urlsplit(url)
+    try:
+        proxy = Proxies(setting, os.environ).for_origin(parts.scheme, parts.hostname or "")
+    except ProxyError as error:
+        return "", str(error)
+    return (proxy.address if proxy else ""), ""
 
 
 def ask(url, timeout, proxy, opener=open_url):
@@ -190,15 +190,15 @@ def main():
         if not re.match(r"^https?://", url):
             who = module.params["context"] or "source_reachable"
             module.fail_json(msg="%s: %s is not an http(s) URL (%s)" % (who, redact_url(url), source["what"]))
+        setting = None  # the environment's
         if source["route"] == "apt":
             if apt is None:
                 apt_config = module.get_bin_path("apt-config")
                 dump = module.run_command([apt_config, "dump"])[1] if apt_config else ""
                 apt = apt_proxies(dump)
-            proxy = apt.get(url.partition(":")[0].lower()) or environment_proxy(url, os.environ)
-        else:
-            proxy = environment_proxy(url, os.environ)
-        status, error = ask(url, module.params["timeout"], proxy)
+            setting = apt.get(url.partition(":")[0].lower()) or None
+        proxy, error = chosen_proxy(url, setting)
+        status, error = (0, error) if error else ask(url, module.params["timeout"], proxy)
         results.append(dict(url=redact_url(url), what=source["what"], route=source["route"], proxy=redact_url(proxy),
                             status=status, error=error))
     unreachable = [r for r in results if r["error"]]

@@ -21,8 +21,6 @@ Runs as root: the record of each node's packets lives in the node's network name
   airgap_lab.py             the stage
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
   airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged with the proxy)
-  airgap_lab.py --mirrors   on the air-gapped lab as it is (converged with the proxy): move it to apt-cacher-ng's archive
-                            mirror paths (preflight_apt_mirror), twice, the second changing nothing, and no attempt out
   airgap_lab.py --bundle    step 6 alone, on the air-gapped lab as it is (converged with the proxy)
 """
 import json
@@ -45,8 +43,6 @@ DNS_LOG = "/var/log/dlinfra-airgap/dns.log"
 DNS_QUERY = re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) dnsmasq\[\d+\]: (?:\d+ \S+ )?query\[(\w+)\] (\S+) from (\S+)")
 TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.*?\])")
 NEGATIVE_TIMEOUT = 300
-# Debian's archive and security archive as mirrors: apt-cacher-ng's paths for them on the store.
-MIRRORS = ("http://%s:3142/debian" % STORE, "http://%s:3142/debian-security" % STORE)
 BUNDLE_DIR = "/var/www/html/bundle"  # bundle_dir of the store (inventories/sim/group_vars/dataset_store.yml)
 
 STAGE = Stage("airgap-lab")
@@ -338,42 +334,6 @@ def without(vars_file, removed, role, group, task_name, extra):
     return elapsed
 
 
-def mirrors_instead_of_proxy():
-    """The lab moves from the apt proxy to archive mirrors (apt-cacher-ng serves both: its /debian and /debian-security
-    paths are mirrors of Debian's archive): site.yml points every node's own sources at them, and a second run changes
-    nothing, with no attempt to reach the outside."""
-    inventory = WORK / "inventory-mirrors"
-    shutil.rmtree(inventory, ignore_errors=True)
-    shutil.copytree(ROOT / "inventories" / "sim", inventory)
-    path = inventory / "group_vars" / "airgap_lab.yml"
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if not re.match(r"^(preflight_apt_proxy|lab_fixture_apt_proxy):", line)]
-    if len(kept) != len(lines) - 2:
-        fail("%s does not set preflight_apt_proxy and lab_fixture_apt_proxy" % path)
-    path.write_text("".join(kept) + "preflight_apt_mirror: %s\npreflight_apt_security_mirror: %s\n" % MIRRORS)
-    inventory_args = ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml",
-                      "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
-                      "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments")]
-    times = {}
-    code, output, times["mirrors"] = playbook("mirrors-1", inventory_args)
-    if code != 0:
-        print(output[-4000:])
-        fail("site.yml failed with the archive mirrors instead of the proxy")
-    code, output, times["mirrors again"] = playbook("mirrors-2", inventory_args)
-    changed = {host: stats["changed"] for host, stats in recap(output).items() if stats.get("changed")}
-    if code != 0 or changed or not recap(output):
-        print(output[-4000:])
-        fail("the second run with the mirrors: exit %s, changed %s: %s" % (code, changed, changed_tasks(output)))
-    for node in group_hosts("gpu_cluster"):
-        sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
-        if "deb.debian.org" in sources or MIRRORS[0] not in sources:
-            fail("%s's sources after the mirrors run:\n%s" % (node, sources))
-        sh(node, "test -f /etc/apt/sources.list.dlinfra.orig && ! test -e /etc/apt/apt.conf.d/01dlinfra-proxy")
-    require_no_attempts(["mirrors-1", "mirrors-2"], "with the mirrors")
-    print("airgap-lab: every node's sources point at %s and %s; the distribution's files are kept as *.dlinfra.orig" % MIRRORS)
-    return times
-
-
 def build_bundle(name):
     """playbooks/bundle.yml on the store; (the manifest's text, the run's recap of the store)."""
     manifest = WORK / "bundle-manifest.sha256"  # one path: fetch changes it only when the manifest differs
@@ -504,10 +464,5 @@ if __name__ == "__main__":
     if "--bundle" in sys.argv[1:]:
         WORK.mkdir(parents=True, exist_ok=True)
         print(offline_bundle())
-        sys.exit(0)
-    if "--mirrors" in sys.argv[1:]:
-        WORK.mkdir(parents=True, exist_ok=True)
-        reset()
-        print(mirrors_instead_of_proxy())
         sys.exit(0)
     sys.exit(main())

@@ -71,13 +71,22 @@ def test_apt_proxies_are_read_as_apt_reads_them():
     assert source_reachable.apt_proxies('APT::Architecture "amd64";\n') == {"https": ""}
 
 
-def test_the_environment_proxy_honours_no_proxy_as_curl_does():
+def test_the_environment_proxy_honours_no_proxy_as_curl_does(monkeypatch):
     environ = {"https_proxy": "http://p:3128", "no_proxy": "localhost,.internal.example"}
-    assert source_reachable.environment_proxy("https://nvidia.github.io/x", environ) == "http://p:3128"
-    assert source_reachable.environment_proxy("https://store.internal.example/x", environ) == ""
-    assert source_reachable.environment_proxy("https://internal.example/x", environ) == ""
-    assert source_reachable.environment_proxy("http://nvidia.github.io/x", environ) == ""  # no http_proxy
-    assert source_reachable.environment_proxy("https://a.example/x", dict(environ, no_proxy="*")) == ""
+    for name in source_reachable.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert source_reachable.chosen_proxy("https://nvidia.github.io/x") == ("http://p:3128", "")
+    assert source_reachable.chosen_proxy("https://store.internal.example/x") == ("", "")
+    assert source_reachable.chosen_proxy("https://internal.example/x") == ("", "")
+    assert source_reachable.chosen_proxy("http://nvidia.github.io/x") == ("", "")  # no http_proxy
+    monkeypatch.setenv("no_proxy", "*")
+    assert source_reachable.chosen_proxy("https://a.example/x") == ("", "")
+    # The apt route's setting replaces the environment's proxy; no_proxy still applies, as the staging engine has it.
+    monkeypatch.setenv("no_proxy", "")
+    assert source_reachable.chosen_proxy("http://deb.example/x", "http://cache:3142") == ("http://cache:3142", "")
+    assert source_reachable.chosen_proxy("https://a.example/x", "https://p:1")[1].startswith("proxy https://p:1")
 
 
 def test_sources_that_answer_pass_and_a_server_that_refuses_head_is_asked_with_get(server, capsys, monkeypatch):
