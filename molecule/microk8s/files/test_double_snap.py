@@ -10,6 +10,8 @@ with snap's own output formats:
   snap install [--classic] [--channel CH | --channel=CH] NAME     (from the "store" below)
   snap ack FILE.assert ; snap install [--classic] [--dangerous] ./NAME_REV.snap   (offline)
   snap refresh --hold[=DURATION] NAME | snap refresh --unhold NAME | snap refresh [--channel CH] NAME
+  snap download [--channel CH] [--target-directory DIR] NAME   (what an offline bundle collects: NAME_REV.snap and
+                                                                NAME_REV.assert, the same bytes for the same revision)
 
 Installing microk8s copies the microk8s test double (test_double_microk8s.py, placed next to this file under
 ../lib/test-double/: /usr/local/lib/test-double/ by the microk8s scenario's prepare, /usr/lib/test-double/ by the
@@ -272,8 +274,44 @@ def cmd_refresh(args):
     save(state)
 
 
+def cmd_download(args):
+    channel = option(args, "--channel") or "latest/stable"
+    target = option(args, "--target-directory") or "."
+    if len(args) != 1:
+        fail("the download command takes one snap here")
+    name = args[0]
+    if "/" not in channel:
+        channel = "latest/" + channel
+    if name not in STORE:
+        fail('snap "%s" not found' % name)
+    if channel not in STORE[name]:
+        fail('requested a non-existing branch on %s for snap "%s"' % (channel, name))
+    revision = STORE[name][channel][1]
+    stem = os.path.join(target, "%s_%s" % (name, revision))
+    payload = ("TEST DOUBLE payload standing in for the %s snap, revision %s (snap download).\n" % (name, revision)).encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha3_384(payload).digest()).decode().rstrip("=")
+    snap_id = "TestDouble%sSnapId" % name.capitalize()
+    signature = "\nTEST DOUBLE SIGNATURE\n"
+    assertions = [
+        "type: account-key\nauthority-id: canonical\npublic-key-sha3-384: test-double-key\naccount-id: canonical\n"
+        "name: test-double\nsign-key-sha3-384: test-double-key\n",
+        "type: snap-declaration\nauthority-id: canonical\nseries: 16\nsnap-id: %s\npublisher-id: canonical\nsnap-name: %s\n"
+        "timestamp: 2025-01-01T00:00:00Z\nsign-key-sha3-384: test-double-key\n" % (snap_id, name),
+        "type: snap-revision\nauthority-id: canonical\nsnap-sha3-384: %s\ndeveloper-id: canonical\nsnap-id: %s\n"
+        "snap-revision: %s\nsnap-size: %d\ntimestamp: 2025-01-01T00:00:00Z\nsign-key-sha3-384: test-double-key\n"
+        % (digest, snap_id, revision, len(payload)),
+    ]
+    print('Fetching snap "%s"' % name)
+    with open(stem + ".snap", "wb") as handle:
+        handle.write(payload)
+    print('Fetching assertions for "%s"' % name)
+    with open(stem + ".assert", "w") as handle:
+        handle.write("\n".join(text + signature for text in assertions))
+    print("Install the snap with:\n   snap ack %s.assert\n   snap install %s.snap" % (stem, stem))
+
+
 COMMANDS = {"version": cmd_version, "list": cmd_list, "info": cmd_info, "ack": cmd_ack,
-            "install": cmd_install, "refresh": cmd_refresh}
+            "install": cmd_install, "refresh": cmd_refresh, "download": cmd_download}
 
 
 def main(argv):
