@@ -203,6 +203,17 @@ def install_file(path, classic, dangerous):
     print("%s %s installed" % (name, version))
 
 
+def store_release(name, channel):
+    """(the channel as snap names it, (version, revision)) the store serves NAME at; fails as snap does."""
+    if "/" not in channel:
+        channel = "latest/" + channel
+    if name not in STORE:
+        fail('snap "%s" not found' % name)
+    if channel not in STORE[name]:
+        fail('requested a non-existing branch on %s for snap "%s"' % (channel, name))
+    return channel, STORE[name][channel]
+
+
 def cmd_install(args):
     classic = flag(args, "--classic")
     dangerous = flag(args, "--dangerous")
@@ -212,22 +223,16 @@ def cmd_install(args):
     name = args[0]
     if name.endswith(".snap"):
         return install_file(name, classic, dangerous)
-    if "/" not in channel:
-        channel = "latest/" + channel
     state = load()
     if name in state["snaps"]:
         print('snap "%s" is already installed, see \'snap help refresh\'' % name)
         return
-    if name not in STORE:
-        fail('snap "%s" not found' % name)
-    if channel not in STORE[name]:
-        fail('requested a non-existing branch on %s for snap "%s"' % (channel, name))
+    channel, (version, revision) = store_release(name, channel)
     if name in CLASSIC and not classic:
         fail('This revision of snap "%s" was published using classic confinement and thus may perform\n'
              "       arbitrary system changes outside of the security sandbox that snaps are\n"
              "       usually confined to, which may put your system at risk.\n\n"
              "       If you understand and want to proceed repeat the command including --classic." % name)
-    version, revision = STORE[name][channel]
     place_payload(name, version, revision)
     state["snaps"][name] = {"version": version, "revision": revision, "channel": channel, "classic": classic, "held": False}
     save(state)
@@ -280,13 +285,7 @@ def cmd_download(args):
     if len(args) != 1:
         fail("the download command takes one snap here")
     name = args[0]
-    if "/" not in channel:
-        channel = "latest/" + channel
-    if name not in STORE:
-        fail('snap "%s" not found' % name)
-    if channel not in STORE[name]:
-        fail('requested a non-existing branch on %s for snap "%s"' % (channel, name))
-    revision = STORE[name][channel][1]
+    revision = store_release(name, channel)[1][1]
     stem = os.path.join(target, "%s_%s" % (name, revision))
     payload = ("TEST DOUBLE payload standing in for the %s snap, revision %s (snap download).\n" % (name, revision)).encode()
     digest = base64.urlsafe_b64encode(hashlib.sha3_384(payload).digest()).decode().rstrip("=")
