@@ -1,0 +1,53 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""playbooks/bundle.yml refuses a request it cannot carry out before it builds anything: bundle_snaps on a host without
+a working snap command, malformed entries. Real ansible-playbook runs on localhost (connection local)."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+PLAYBOOK = pathlib.Path(sys.executable).with_name("ansible-playbook")
+
+
+def run_bundle(tmp_path, *extra):
+    cache = tmp_path / "acng"
+    cache.mkdir(exist_ok=True)
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: %s\n" % sys.executable)
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(tmp_path))
+    if shutil.which("snap"):
+        # This host has snap: stand a failing one in front of it, as on a bundle host whose snap does not work.
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "snap").write_text("#!/bin/sh\necho 'error: cannot communicate with server' >&2\nexit 1\n")
+        (fake / "snap").chmod(0o755)
+        env["PATH"] = "%s:%s" % (fake, env["PATH"])
+    result = subprocess.run(
+        [str(PLAYBOOK), str(ROOT / "playbooks" / "bundle.yml"), "-i", str(tmp_path / "hosts.yml"),
+         "-e", "bundle_host=localhost", "-e", "bundle_dir=%s" % (tmp_path / "bundle"), "-e", "bundle_cache_dir=%s" % cache,
+         "-e", "bundle_manifest=%s" % (tmp_path / "manifest.sha256"), *extra],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return result.returncode, " ".join((result.stdout + result.stderr).split())
+
+
+def test_snaps_without_a_snap_command_stop_before_anything_is_built(tmp_path):
+    code, output = run_bundle(tmp_path, "-e", '{"bundle_snaps": ["microk8s"]}')
+    assert code != 0, output
+    assert "bundle on localhost: bundle_snaps needs `snap download` on bundle_host" in output
+    assert "Install snapd there" in output
+    assert not (tmp_path / "bundle.new").exists() and not (tmp_path / "bundle").exists()
+    assert not (tmp_path / "manifest.sha256").exists()
+
+
+@pytest.mark.parametrize("snaps", ['[["microk8s"]]', '[{"channel": "1.32/stable"}]', '[3]'])
+def test_malformed_snaps_are_refused_naming_the_variable(tmp_path, snaps):
+    code, output = run_bundle(tmp_path, "-e", '{"bundle_snaps": %s}' % snaps)
+    assert code != 0, output
+    assert "bundle_snaps a list of snap names or of {name, channel}" in output
+    assert not (tmp_path / "bundle.new").exists()
