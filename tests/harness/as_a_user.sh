@@ -9,7 +9,8 @@
 #      exist) must fail, and so must one against an inventory with no hosts;
 #   4. against the simulated lab, fresh (tests/harness/demo.sh lab: containers from the minimal images, the store and
 #      its vendor stand-ins, no site.yml run): site --check stops where check mode cannot work, the installed
-#      dlinfra.gpu_cluster.site converges, and a second run changes nothing on any host;
+#      dlinfra.gpu_cluster.site converges, a second run changes nothing on any host, and the nodes hold what it promised
+#      (tests/harness/lab_verify.yml, from the clone: packages and holds, the cluster, conda, the staged dataset);
 #   5. with matplotlib installed on the controller as the README says, dlinfra.gpu_cluster.validate passes on the lab
 #      and writes its three files. The inventory (with its plans) is left in .cache/as-a-user/inventory.
 # The lab's inventory is inventories/sim, copied out of the clone: it stands in for the user's edited starter
@@ -115,6 +116,12 @@ if recap "$work/again.log" | grep -E 'changed=[1-9]|failed=[1-9]|unreachable=[1-
   grep -E '^(changed|TASK)' "$work/again.log" | grep -B1 '^changed' >&2 || true
   fail "the second run changed the hosts above"
 fi
+
+step "the nodes hold what site.yml promised (tests/harness/lab_verify.yml: packages, holds, the cluster, conda, the dataset)"
+started=$(date +%s)
+ansible-playbook "$repo/tests/harness/lab_verify.yml" "${lab[@]}" >"$work/verify.log" 2>&1 || { tail -n 60 "$work/verify.log"; fail "the converged lab failed its verify"; }
+echo "as-a-user: verify $(( $(date +%s) - started )) s"
+recap "$work/verify.log"
 step "the acceptance run, as the README says: matplotlib on the controller, then dlinfra.gpu_cluster.validate"
 matplotlib=$(grep -E '^matplotlib==' "$repo/requirements.txt")
 pip install --disable-pip-version-check -q "$matplotlib" >"$work/pip-matplotlib.log" 2>&1 || { cat "$work/pip-matplotlib.log"; fail "pip install $matplotlib"; }
