@@ -6,7 +6,7 @@ snapd does not run in the test containers and the snap store is unreachable, so 
 /usr/local/bin/snap. It honours the part of snap's CLI contract the microk8s role and community.general.snap use,
 with snap's own output formats:
 
-  snap version | snap list [NAME...] | snap info NAME
+  snap version | snap list [NAME...] | snap info NAME | snap debug connectivity
   snap install [--classic] [--channel CH | --channel=CH] NAME     (from the "store" below)
   snap ack FILE.assert ; snap install [--classic] [--dangerous] ./NAME_REV.snap   (offline)
   snap refresh --hold[=DURATION] NAME | snap refresh --unhold NAME | snap refresh [--channel CH] NAME
@@ -19,10 +19,17 @@ fixture package snapd-test-double of the simulated lab, tests/fixtures/test_doub
 and links /snap/bin/microk8s, as snapd would; like the snap's install hook it creates the `microk8s` group and,
 when the payload directory holds one, the default args/containerd-template.toml. State lives in
 /var/lib/snapd/test-double-state.json.
+
+What needs the store (install NAME, refresh, download, debug connectivity) first asks it over the network, as snapd
+does: https://api.snapcraft.io/ unless snapd.service's environment names another store the way snapd's own tests do
+(a drop-in under /etc/systemd/system/snapd.service.d/ with Environment=SNAPPY_FORCE_API_URL=URL). The lab's fixtures
+point it at a stand-in on a lab host; any HTTP answer there counts as the store answering (the snaps themselves are
+the STORE table below). A node with no route out gets snapd's errors, and installs from files only.
 """
 
 import base64
 import datetime
+import glob
 import hashlib
 import json
 import os
@@ -30,6 +37,9 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 
 STATE = "/var/lib/snapd/test-double-state.json"
 # The microk8s double and the snap's default files: <prefix>/lib/test-double/ for this file at <prefix>/bin/snap.
@@ -45,6 +55,9 @@ STORE = {
     },
 }
 CLASSIC = {"microk8s"}
+STORE_API = "https://api.snapcraft.io/"
+SNAPD_DROP_INS = "/etc/systemd/system/snapd.service.d/*.conf"
+STORE_TIMEOUT = 10
 
 
 def load():
@@ -112,6 +125,50 @@ def place_payload(name, version, revision):
         shutil.copy(template, target)
     # The microk8s snap's install hook creates the group that may run it without sudo.
     subprocess.run(["groupadd", "--force", "--system", name], check=True)
+
+
+def store_url():
+    """The store snapd asks: SNAPPY_FORCE_API_URL from snapd.service's drop-ins (the last one set wins), or the snap store."""
+    url = STORE_API
+    for path in sorted(glob.glob(SNAPD_DROP_INS)):
+        with open(path) as handle:
+            for line in handle:
+                match = re.match(r'^\s*Environment=\s*"?SNAPPY_FORCE_API_URL=([^"\s]+)', line)
+                if match:
+                    url = match.group(1)
+    return url
+
+
+def store_problem():
+    """None when the store answers (any HTTP status); otherwise why the connection failed. snapd uses its own proxy
+    settings (snap set system proxy.*), not the caller's environment: no proxy here."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        opener.open(store_url(), timeout=STORE_TIMEOUT).close()
+    except urllib.error.HTTPError:
+        return None
+    except urllib.error.URLError as exc:
+        return "dial tcp: %s" % (exc.reason,)
+    except OSError as exc:
+        return "dial tcp: %s" % (exc,)
+    return None
+
+
+def require_store(action, name):
+    """Fail as snap does when the store does not answer: `cannot ACTION "NAME": ...`."""
+    problem = store_problem()
+    if problem:
+        fail('cannot %s "%s": Post "%sv2/snaps/refresh": %s' % (action, name, store_url(), problem))
+
+
+def cmd_debug(args):
+    if args != ["connectivity"]:
+        fail("this test double knows 'snap debug connectivity' only", 64)
+    problem = store_problem()
+    print("Connectivity status:")
+    print(" * %s: %s" % (urllib.parse.urlsplit(store_url()).hostname, "unreachable" if problem else "reachable"))
+    if problem:
+        fail("1 servers unreachable")
 
 
 def notes(snap):
@@ -227,6 +284,7 @@ def cmd_install(args):
     if name in state["snaps"]:
         print('snap "%s" is already installed, see \'snap help refresh\'' % name)
         return
+    require_store("install", name)
     channel, (version, revision) = store_release(name, channel)
     if name in CLASSIC and not classic:
         fail('This revision of snap "%s" was published using classic confinement and thus may perform\n'
@@ -265,6 +323,7 @@ def cmd_refresh(args):
             print('Removed general refresh hold of "%s"' % name)
     else:
         for name in args:
+            require_store("refresh", name)
             snap = state["snaps"][name]
             target = channel or snap["channel"]
             if target not in STORE[name]:
@@ -285,6 +344,7 @@ def cmd_download(args):
     if len(args) != 1:
         fail("the download command takes one snap here")
     name = args[0]
+    require_store("download", name)
     revision = store_release(name, channel)[1][1]
     stem = os.path.join(target, "%s_%s" % (name, revision))
     payload = ("TEST DOUBLE payload standing in for the %s snap, revision %s (snap download).\n" % (name, revision)).encode()
@@ -309,7 +369,7 @@ def cmd_download(args):
     print("Install the snap with:\n   snap ack %s.assert\n   snap install %s.snap" % (stem, stem))
 
 
-COMMANDS = {"version": cmd_version, "list": cmd_list, "info": cmd_info, "ack": cmd_ack,
+COMMANDS = {"version": cmd_version, "list": cmd_list, "info": cmd_info, "ack": cmd_ack, "debug": cmd_debug,
             "install": cmd_install, "refresh": cmd_refresh, "download": cmd_download}
 
 

@@ -165,6 +165,14 @@ def test_snap_list_gives_the_hold_and_the_installed_revisions():
     assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": []}), "__microk8s_held") is False
 
 
+def test_snap_list_gives_the_tracked_channel_that_decides_whether_the_store_is_asked():
+    # The store is asked (snap debug connectivity) only where the tracked channel differs from microk8s_channel.
+    assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": SNAP_LIST.splitlines()}), "__microk8s_tracking") == "1.32/stable"
+    from_file = SNAP_LIST.replace("1.32/stable   ", "-             ").splitlines()
+    assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": from_file}), "__microk8s_tracking") == "-"
+    assert resolve(role_templar(__microk8s_snap_list={"stdout_lines": SNAP_LIST.splitlines()[:2]}), "__microk8s_tracking") == ""
+
+
 def test_offline_pairs_resolve_relative_paths_from_the_inventory_directory():
     # Not playbook_dir: for dlinfra.gpu_cluster.microk8s installed from Galaxy, that is inside the collection.
     templar = role_templar(inventory_dir="/srv/inventory", microk8s_offline_snaps=[
