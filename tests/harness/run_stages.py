@@ -83,7 +83,7 @@ def run_group(group, members, env, at_once):
                 running[pool.submit(run_logged, name, command, env)] = (name, command)
             if not running:
                 break
-            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            done = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED).done
             for future in done:
                 name, command = running.pop(future)
                 returncode, elapsed, log = future.result()
