@@ -1,10 +1,11 @@
 """`make test`: every check in order, stopping at the first failure; each stage's time and a closing summary.
 
   run_stages.py                 all stages
-  run_stages.py --only NAME...  just those stages (names as printed; 'molecule' selects every scenario)
+  run_stages.py --only NAME...  just those stages (names as printed; a group's name, 'checks' or 'molecule', selects its members)
 
-The molecule scenarios run MOLECULE_AT_ONCE at a time (their containers and networks carry the scenario's name), longest
-first; each one's output is printed whole when it ends, with its own time, and the group's wall time after them.
+Two groups run AT_ONCE stages at a time, longest first: the checks that need no lab (ansible-lint, unit, sanity) and the
+molecule scenarios (their containers and networks carry the scenario's name). Each member's output is printed whole
+when it ends, with its own time, and the group's wall time after them.
 """
 import concurrent.futures
 import os
@@ -15,7 +16,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = "tests/harness"
-MOLECULE_AT_ONCE = 2
+AT_ONCE = 2
 # Seconds each scenario took in a serial run (fresh-clone CI, 2026-11-26): the longest start first, so the last to
 # start are short. A scenario not listed starts first.
 MOLECULE_SECONDS = {"shard_staging": 303, "nvidia_container_toolkit": 176, "microk8s": 139, "preflight": 127,
@@ -33,11 +34,11 @@ def stages():
     yield "docker", [HARNESS + "/ensure-docker.sh"]
     yield "images", [HARNESS + "/build-images.sh"]
     yield "yamllint", ["yamllint", "--strict", "."]
-    yield "ansible-lint", ["ansible-lint", "--profile", "production"]
     yield "changelog", ["antsibull-changelog", "lint"]
     yield "argument-specs", ["python", HARNESS + "/role_docs.py"]
-    yield "unit", ["pytest", "-q", "-p", "no:cacheprovider"]
-    yield "sanity", [HARNESS + "/sanity.sh"]
+    # Independent of each other and of the tree (sanity checks a copy): side by side, the longest first.
+    yield "checks", [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
+                     ("ansible-lint", ["ansible-lint", "--profile", "production"])]
     yield "molecule", [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
     # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
     # the one lab of a `make test`, for the multi-node checks that follow it).
@@ -105,9 +106,9 @@ def main(argv):
     results = []
     for name, command in stages():
         if isinstance(command[0], tuple):  # a group of stages that run side by side
-            members = [member for member in command if selected(member[0], only)]
+            members = [member for member in command if name in only or selected(member[0], only)]
             if members:
-                results.extend(run_group(name, members, env, MOLECULE_AT_ONCE))
+                results.extend(run_group(name, members, env, AT_ONCE))
             if any(r[1] != 0 for r in results):
                 break
             continue
