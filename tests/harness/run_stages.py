@@ -1,17 +1,21 @@
 """`make test`: every check in order, stopping at the first failure; each stage's time and a closing summary.
 
   run_stages.py                 all stages
-  run_stages.py --only NAME...  just those stages (names as printed; a group's name, 'checks' or 'molecule', selects its members)
+  run_stages.py --only NAME...  just those stages (names as printed; 'parallel', 'lab', 'checks' and 'molecule' select
+                                theirs)
 
-Two groups run AT_ONCE stages at a time, longest first: the checks that need no lab (ansible-lint, unit, sanity) and the
-molecule scenarios (their containers and networks carry the scenario's name). Each member's output is printed whole
-when it ends, with its own time, and the group's wall time after them.
+After the quick lints, the rest runs AT_ONCE at a time (the machine's 2 cores are the limit): the simulated lab's stages,
+one after another (each needs the lab the one before it left), beside the checks that need no lab (unit, sanity,
+ansible-lint) and then the molecule scenarios, longest first (their containers and networks carry the scenario's name;
+the lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it ends, with its own time, and
+the group's wall time after them.
 """
 import concurrent.futures
 import os
 import pathlib
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -36,25 +40,46 @@ def stages():
     yield "yamllint", ["yamllint", "--strict", "."]
     yield "changelog", ["antsibull-changelog", "lint"]
     yield "argument-specs", ["python", HARNESS + "/role_docs.py"]
-    # Independent of each other and of the tree (sanity checks a copy): side by side, the longest first.
-    yield "checks", [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
-                     ("ansible-lint", ["ansible-lint", "--profile", "production"])]
-    yield "molecule", [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
-    # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
-    # the one lab of a `make test`, for the multi-node checks that follow it).
-    yield "as-a-user", [HARNESS + "/as_a_user.sh"]
-    # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
-    yield "validate", ["python", HARNESS + "/validate_lab.py"]
-    # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback and resume.
-    yield "rolling", ["python", HARNESS + "/rolling_lab.py"]
-    # The air-gapped lab, made afresh (it replaces the lab above): site.yml converges and is idempotent with only inventory
-    # variables pointing the roles at the store, the nodes try to reach nothing else, and without the apt proxy preflight
-    # stops naming the variable.
-    yield "airgap", ["python", HARNESS + "/airgap_lab.py"]
+    # The lab's runs wait on reboots, drains and downloads; the checks and the scenarios beside them fill that time.
+    lab = [
+        # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
+        # the one lab of a `make test`, for the multi-node checks that follow it).
+        ("as-a-user", [HARNESS + "/as_a_user.sh"]),
+        # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
+        ("validate", ["python", HARNESS + "/validate_lab.py"]),
+        # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
+        ("rolling", ["python", HARNESS + "/rolling_lab.py"]),
+        # The air-gapped lab, made afresh (it replaces the lab above): site.yml converges and is idempotent with only
+        # inventory variables pointing the roles at the store, the nodes try to reach nothing else, and without each
+        # mirror variable the run stops naming it.
+        ("airgap", ["python", HARNESS + "/airgap_lab.py"]),
+    ]
+    # Independent of each other and of the tree (sanity checks a copy).
+    checks = [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
+              ("ansible-lint", ["ansible-lint", "--profile", "production"])]
+    yield "parallel", [("lab", lab), ("checks", checks)] + [("molecule:" + scenario, ["molecule", "test", "-s", scenario])
+                                                           for scenario in molecule_scenarios()]
 
 
 def selected(name, only):
     return not only or name in only or name.split(":")[0] in only
+
+
+def is_lane(command):
+    return isinstance(command[0], tuple)
+
+
+def picked(group, members, only):
+    """The members of a group that --only names: all for the group's name, a whole lane for its name, else one by one."""
+    if not only or group in only:
+        return members
+    chosen = []
+    for name, command in members:
+        if is_lane(command) and name not in only:
+            command = [stage for stage in command if selected(stage[0], only)]
+        if command and (is_lane(command) or selected(name, only)):
+            chosen.append((name, command))
+    return chosen
 
 
 def report(name, returncode, elapsed):
@@ -71,27 +96,33 @@ def run_logged(name, command, env):
 
 
 def run_group(group, members, env, at_once):
-    """Stages side by side, at_once at a time; each printed whole as it ends. After a failure no new one starts."""
+    """Members side by side, at_once at a time: a stage, or a lane of stages one after another that stops at its first
+    failure. Each stage printed whole as it ends. After a failure no new member starts."""
     LOGS.mkdir(parents=True, exist_ok=True)
-    print("\n===== %s: %d stages, %d at a time: %s" % (group, len(members), at_once, ", ".join(m[0] for m in members)), flush=True)
-    results, pending = [], list(members)
-    started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=at_once) as pool:
-        running = {}
-        while pending or running:
-            while pending and len(running) < at_once and all(r[1] == 0 for r in results):
-                name, command = pending.pop(0)
-                running[pool.submit(run_logged, name, command, env)] = (name, command)
-            if not running:
-                break
-            done = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED).done
-            for future in done:
-                name, command = running.pop(future)
-                returncode, elapsed, log = future.result()
+    print("\n===== %s: %d at a time: %s" % (group, at_once, ", ".join(
+        " -> ".join(s[0] for s in m[1]) if is_lane(m[1]) else m[0] for m in members)), flush=True)
+    results, pending, lock = [], list(members), threading.Lock()
+
+    def run_member(member):
+        for name, command in member[1] if is_lane(member[1]) else [member]:
+            returncode, elapsed, log = run_logged(name, command, env)
+            with lock:
                 print("\n===== stage %s: %s (output of %s)" % (name, " ".join(command), log), flush=True)
                 print(log.read_text(errors="replace"), end="", flush=True)
                 report(name, returncode, elapsed)
                 results.append((name, returncode, elapsed))
+            if returncode != 0:
+                return
+
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=at_once) as pool:
+        running = set()
+        while pending or running:
+            while pending and len(running) < at_once and all(r[1] == 0 for r in results):
+                running.add(pool.submit(run_member, pending.pop(0)))
+            if not running:
+                break
+            running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED).not_done
     print("===== %s: %d stages in %.0f s (wall clock)" % (group, len(results), time.monotonic() - started), flush=True)
     return results
 
@@ -105,8 +136,8 @@ def main(argv):
                PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
     results = []
     for name, command in stages():
-        if isinstance(command[0], tuple):  # a group of stages that run side by side
-            members = [member for member in command if name in only or selected(member[0], only)]
+        if is_lane(command):  # a group of members that run side by side
+            members = picked(name, command, only)
             if members:
                 results.extend(run_group(name, members, env, AT_ONCE))
             if any(r[1] != 0 for r in results):
