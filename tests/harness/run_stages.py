@@ -97,7 +97,7 @@ def run_logged(name, command, env):
 
 def run_group(group, members, env, at_once):
     """Members side by side, at_once at a time: a stage, or a lane of stages one after another that stops at its first
-    failure. Each stage printed whole as it ends. After a failure no new member starts."""
+    failure. Each stage printed whole as it ends. After a failure no new member or lane stage starts."""
     LOGS.mkdir(parents=True, exist_ok=True)
     print("\n===== %s: %d at a time: %s" % (group, at_once, ", ".join(
         " -> ".join(s[0] for s in m[1]) if is_lane(m[1]) else m[0] for m in members)), flush=True)
@@ -105,6 +105,8 @@ def run_group(group, members, env, at_once):
 
     def run_member(member):
         for name, command in member[1] if is_lane(member[1]) else [member]:
+            if any(r[1] != 0 for r in results):  # a lane stops where any member failed
+                return
             returncode, elapsed, log = run_logged(name, command, env)
             with lock:
                 print("\n===== stage %s: %s (output of %s)" % (name, " ".join(command), log), flush=True)
