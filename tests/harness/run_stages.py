@@ -57,8 +57,8 @@ def stages():
     # Independent of each other and of the tree (sanity checks a copy).
     checks = [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
               ("ansible-lint", ["ansible-lint", "--profile", "production"])]
-    yield "parallel", [("lab", lab), ("checks", checks)] + [("molecule:" + scenario, ["molecule", "test", "-s", scenario])
-                                                           for scenario in molecule_scenarios()]
+    molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
+    yield "parallel", [("lab", lab), ("checks", checks)] + molecule
 
 
 def selected(name, only):
