@@ -1,14 +1,15 @@
 """`make test`: every check in order, stopping at the first failure; each stage's time and a closing summary.
 
   run_stages.py                 all stages
-  run_stages.py --only NAME...  just those stages (names as printed; 'parallel', 'lab', 'checks' and 'molecule' select
+  run_stages.py --only NAME...  just those stages (names as printed; 'checks', 'parallel', 'lab' and 'molecule' select
                                 theirs)
 
-After the quick lints, the rest runs AT_ONCE at a time (the machine's 2 cores are the limit): the simulated lab's stages,
-one after another (each needs the lab the one before it left), beside the checks that need no lab (unit, sanity,
-ansible-lint) and then the molecule scenarios, longest first (their containers and networks carry the scenario's name;
-the lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it ends, with its own time, and
-the group's wall time after them.
+After the quick lints, two groups run AT_ONCE members at a time (the machine's 2 cores are the limit). First the checks
+that need no lab (unit, sanity, ansible-lint): the unit tests' timing-sensitive engine tests are kept off the busier
+second group. Then the simulated lab's stages, one after another in one lane (each needs the lab the one before it
+left), beside the molecule scenarios, longest first (their containers and networks carry the scenario's name; the
+lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it ends, with its own time, and the
+group's wall time after them.
 """
 import concurrent.futures
 import os
@@ -40,7 +41,10 @@ def stages():
     yield "yamllint", ["yamllint", "--strict", "."]
     yield "changelog", ["antsibull-changelog", "lint"]
     yield "argument-specs", ["python", HARNESS + "/role_docs.py"]
-    # The lab's runs wait on reboots, drains and downloads; the checks and the scenarios beside them fill that time.
+    # Independent of each other and of the tree (sanity checks a copy): side by side, the longest first.
+    yield "checks", [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
+                     ("ansible-lint", ["ansible-lint", "--profile", "production"])]
+    # The lab's runs wait on reboots, drains and downloads; the scenarios beside them fill that time.
     lab = [
         # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
         # the one lab of a `make test`, for the multi-node checks that follow it).
@@ -54,11 +58,8 @@ def stages():
         # mirror variable the run stops naming it.
         ("airgap", ["python", HARNESS + "/airgap_lab.py"]),
     ]
-    # Independent of each other and of the tree (sanity checks a copy).
-    checks = [("unit", ["pytest", "-q", "-p", "no:cacheprovider"]), ("sanity", [HARNESS + "/sanity.sh"]),
-              ("ansible-lint", ["ansible-lint", "--profile", "production"])]
     molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
-    yield "parallel", [("lab", lab), ("checks", checks)] + molecule
+    yield "parallel", [("lab", lab)] + molecule
 
 
 def selected(name, only):
