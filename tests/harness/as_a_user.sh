@@ -24,7 +24,8 @@ rm -rf "$cache"
 mkdir -p "$cache/dist" "$cache/deps"
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-user.XXXXXX")
 lab_pid=""
-trap '[ -z "$lab_pid" ] || kill "$lab_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+# On an early exit the lab's subshell and the demo.sh it runs are stopped too.
+trap '[ -z "$lab_pid" ] || { pkill -P "$lab_pid"; kill "$lab_pid"; } 2>/dev/null || true; rm -rf "$work"' EXIT
 
 step() { echo; echo "as-a-user: $*"; }
 fail() { echo "as-a-user: FAILED: $*" >&2; exit 1; }

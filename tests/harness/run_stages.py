@@ -66,7 +66,8 @@ def selected(name, only):
     return not only or name in only or name.split(":")[0] in only
 
 
-def is_lane(command):
+def holds_stages(command):
+    """A group's members or a lane's stages ((name, command) pairs), rather than one command."""
     return isinstance(command[0], tuple)
 
 
@@ -76,9 +77,9 @@ def picked(group, members, only):
         return members
     chosen = []
     for name, command in members:
-        if is_lane(command) and name not in only:
+        if holds_stages(command) and name not in only:
             command = [stage for stage in command if selected(stage[0], only)]
-        if command and (is_lane(command) or selected(name, only)):
+        if command and (holds_stages(command) or selected(name, only)):
             chosen.append((name, command))
     return chosen
 
@@ -101,11 +102,11 @@ def run_group(group, members, env, at_once):
     failure. Each stage printed whole as it ends. After a failure no new member or lane stage starts."""
     LOGS.mkdir(parents=True, exist_ok=True)
     print("\n===== %s: %d at a time: %s" % (group, at_once, ", ".join(
-        " -> ".join(s[0] for s in m[1]) if is_lane(m[1]) else m[0] for m in members)), flush=True)
+        " -> ".join(s[0] for s in m[1]) if holds_stages(m[1]) else m[0] for m in members)), flush=True)
     results, pending, lock = [], list(members), threading.Lock()
 
     def run_member(member):
-        for name, command in member[1] if is_lane(member[1]) else [member]:
+        for name, command in member[1] if holds_stages(member[1]) else [member]:
             if any(r[1] != 0 for r in results):  # a lane stops where any member failed
                 return
             returncode, elapsed, log = run_logged(name, command, env)
@@ -139,7 +140,7 @@ def main(argv):
                PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
     results = []
     for name, command in stages():
-        if is_lane(command):  # a group of members that run side by side
+        if holds_stages(command):  # a group: its members run side by side
             members = picked(name, command, only)
             if members:
                 results.extend(run_group(name, members, env, AT_ONCE))
