@@ -1,18 +1,18 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Time the shard_staging planner: 100,000 shards on 8 nodes and on 1,000 nodes with 2 replicas.
+"""Measure the shard_staging planner: time, balance and churn.
 
-    .venv/bin/python benchmarks/staging/bench_plan.py            # full run, prints the figures
-    .venv/bin/python benchmarks/staging/bench_plan.py --quick    # small correctness-only run
-    .venv/bin/python benchmarks/staging/bench_plan.py --pure-large --json   # also the pure-Python 1,000-node plan (a minute)
+    .venv/bin/python benchmarks/staging/bench_plan.py            # full run: 100,000 shards on 1,000 nodes, 2 replicas
+    .venv/bin/python benchmarks/staging/bench_plan.py --quick    # 2,000 shards on 50 nodes, small layouts (make test)
 
 ``run(quick)`` returns the same figures as a dict for a larger benchmark script.
 
-Two figures have the 5 s target. ``plan_1000_nodes_2_replicas_numpy`` is ``make_plan`` alone. ``plan_task_1000_nodes_2_replicas``
-(also ``plan_task_seconds``) is the role's whole plan task for that dataset as the shard_plan action runs it once the shards are
-known: its own ``plan_dataset`` plans, writes the plan file, and writes every node's shard list and peer configuration (2,000
-files, each fsynced) into a new temporary directory. Only ``learn_shards`` is left out (it reads the index or sends HEAD
-requests, which depends on the store, not on the planner). Quick mode times the same at 50 nodes and 2,000 shards.
+Two figures have the 5 s target: ``plan_1000_nodes_2_replicas_pure`` is ``make_plan`` alone, ``plan_task_seconds`` the
+role's whole plan task once the shards are known (plan, plan file, every node's list and peer configuration, each
+fsynced). Balance: max / average bytes per node of 8 ranks for 8, 64 and 1,000 nodes, equal and 0.5x-2x shard sizes,
+1 and 2 copies (target <= 1.02, or every node within one shard of its share). Churn: copies moved when one node joins
+100 (over the ideal 1/101) or leaves (over its own copies), target <= 2; a re-run moves nothing. Shares: equal GPUs on
+7 / 15 / 30 / 60 TB disks, and 8- and 4-GPU nodes per rank, largest over smallest (target <= 1.02).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -36,9 +37,23 @@ def _planner():
     collections = Path(__file__).resolve().parents[2] / "collections"
     if str(collections) not in sys.path:
         sys.path.insert(0, str(collections))
-    from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_plan  # pylint: disable=import-outside-toplevel
 
     return shard_plan
+
+
+def _placement():
+    _planner()
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_placement  # pylint: disable=import-outside-toplevel
+
+    return shard_placement
+
+
+def _sources():
+    _planner()
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_sources  # pylint: disable=import-outside-toplevel
+
+    return shard_sources
 
 
 def _action():
@@ -60,9 +75,9 @@ def _timed(function, *args, **kwargs):
     return result, round(time.perf_counter() - started, 3)
 
 
-def _plan(shard_plan, shards, node_count, replicas, use_numpy):
+def _plan(shard_plan, shards, node_count, replicas):
     settings = {"name": "yt8m", "mode": "partition", "replicas": replicas, "headroom": 0.05}
-    return _timed(shard_plan.make_plan, settings, shards, _nodes(node_count), use_numpy=use_numpy)
+    return _timed(shard_plan.make_plan, settings, shards, _nodes(node_count))
 
 
 def _plan_task(shards, node_count, replicas):
@@ -77,81 +92,126 @@ def _plan_task(shards, node_count, replicas):
     return planned, seconds, files
 
 
-def _balance(shard_plan, shard_count, capacities):
-    """Largest relative deviation of a node's shard count from its weighted share, in percent."""
-    sizes = {f"chunks-{number:06d}.tar": 1 for number in range(shard_count)}
-    counts = Counter(hosts[0] for hosts in shard_plan.place_shards(sizes, capacities, 1).values())
-    total_weight = sum(shard_plan.node_weight(capacity) for capacity in capacities.values())
-    deviations = [counts[host] / (shard_count * shard_plan.node_weight(capacity) / total_weight) - 1 for host, capacity in capacities.items()]
-    return {"min_pct": round(100 * min(deviations), 2), "max_pct": round(100 * max(deviations), 2)}
+def _sizes(count, unequal, seed=11):
+    rng = random.Random(seed)
+    return {f"chunks-{number:06d}.tar": rng.randint(SHARD_BYTES // 2, 2 * SHARD_BYTES) if unequal else SHARD_BYTES
+            for number in range(count)}
 
 
-def run(quick: bool, pure_large: bool = False) -> dict:
-    """Run the benchmark; ``quick`` plans 2,000 shards only and checks that both placement paths agree."""
-    shard_plan = _planner()
-    urls, expand_s = _timed(shard_plan.expand_source, QUICK_SOURCE if quick else SOURCE)
-    shards = shard_plan.shard_records(urls)
+def _loads(assignment, sizes):
+    held = Counter()
+    for name, hosts in assignment.items():
+        for host in hosts:
+            held[host] += sizes[name]
+    return held
+
+
+def _balance(placement, nodes, shards, unequal, copies):
+    """max / average bytes per rank, and whether every node is within one shard of its share."""
+    sizes = _sizes(shards, unequal)
+    ranks = {f"n{number:04d}": 8 for number in range(nodes)}
+    assignment, shares, _capped = placement.place_shards(sizes, ranks, dict.fromkeys(ranks, 1 << 62), copies)
+    held = _loads(assignment, sizes)
+    ratio = max(held.values()) / (copies * sum(sizes.values()) / nodes)
+    within_one = all(held[host] <= shares[host] + max(sizes.values()) for host in ranks)
+    return {"max_over_average": round(ratio, 4), "within_one_shard": within_one}
+
+
+def _churn(placement, unequal, copies):
+    """Copies moved when one node joins 100 (over the ideal 1/101) and when one leaves (over its own copies)."""
+    sizes = _sizes(10_000, unequal)
+    ranks = {f"n{number:03d}": 8 for number in range(100)}
+    unlimited = dict.fromkeys(list(ranks) + ["n100"], 1 << 62)
+    before = placement.place_shards(sizes, ranks, unlimited, copies)[0]
+    grown = placement.place_shards(sizes, dict(ranks, n100=8), unlimited, copies, previous=before)[0]
+    shrunk_ranks = {host: count for host, count in ranks.items() if host != "n050"}
+    shrunk = placement.place_shards(sizes, shrunk_ranks, unlimited, copies, previous=before)[0]
+    again = placement.place_shards(sizes, ranks, unlimited, copies, previous=before)[0]
+
+    def moved(after):
+        return sum(len(set(after[name]) - set(before[name])) for name in after)
+    own = sum("n050" in hosts for hosts in before.values())
+    return {"add_one_of_100": round(moved(grown) / (copies * len(sizes) / 101), 3), "remove_one_of_100": round(moved(shrunk) / own, 3),
+            "rerun_moved": moved(again)}
+
+
+def _disks(placement):
+    """Equal GPUs, disks of 7 / 15 / 30 / 60 TB, an 8 TB dataset that fits partitioned: largest over smallest node."""
+    sizes = {f"s-{number:05d}.tar": size for number, size in enumerate(_sizes(8_000, True).values())}
+    disks = {f"n{number:02d}": (7, 15, 30, 60)[number % 4] * 10 ** 12 for number in range(16)}
+    held = _loads(placement.place_shards(sizes, dict.fromkeys(disks, 8), disks, 1)[0], sizes)
+    mixed = {f"m{number:02d}": (8, 4)[number % 2] for number in range(16)}
+    by_gpus = _loads(placement.place_shards(sizes, mixed, dict.fromkeys(mixed, 1 << 62), 1)[0], sizes)
+    per_rank = [by_gpus[host] / mixed[host] for host in mixed]
+    return {"disks_7_to_60_tb": round(max(held.values()) / min(held.values()), 4),
+            "gpus_8_and_4_per_rank": round(max(per_rank) / min(per_rank), 4)}
+
+
+def run(quick: bool) -> dict:
+    """Run the benchmark; ``quick`` plans 2,000 shards on 50 nodes and measures balance and churn on smaller layouts."""
+    shard_plan, placement, sources = _planner(), _placement(), _sources()
+    urls, expand_s = _timed(sources.expand_source, QUICK_SOURCE if quick else SOURCE)
+    shards = sources.shard_records(urls)
     for shard in shards:
         shard["size"] = SHARD_BYTES
-    numpy_ok = shard_plan.numpy_available()
     result = {
         "benchmark": "shard_plan",
         "python": platform.python_version(),
-        "numpy": numpy_ok,
         "shards": len(shards),
         "target_s": TARGET_SECONDS,
         "timings_s": {"expand_source": expand_s},
     }
     timings = result["timings_s"]
     small_nodes, large_nodes = (8, 50) if quick else (8, 1000)
-    pure_small, timings[f"plan_{small_nodes}_nodes_pure"] = _plan(shard_plan, shards, small_nodes, 1, False)
-    if numpy_ok:
-        vectorised_small, timings[f"plan_{small_nodes}_nodes_numpy"] = _plan(shard_plan, shards, small_nodes, 1, True)
-        result["paths_agree"] = vectorised_small["assignment"] == pure_small["assignment"]
-    large = None
-    if numpy_ok:
-        large, timings[f"plan_{large_nodes}_nodes_2_replicas_numpy"] = _plan(shard_plan, shards, large_nodes, 2, True)
-    if quick or pure_large or not numpy_ok:
-        pure_large_plan, timings[f"plan_{large_nodes}_nodes_2_replicas_pure"] = _plan(shard_plan, shards, large_nodes, 2, False)
-        if large is not None:
-            result["paths_agree"] = result.get("paths_agree", True) and pure_large_plan["assignment"] == large["assignment"]
-        large = pure_large_plan
+    _small, timings[f"plan_{small_nodes}_nodes_pure"] = _plan(shard_plan, shards, small_nodes, 1)
+    large, timings[f"plan_{large_nodes}_nodes_2_replicas_pure"] = _plan(shard_plan, shards, large_nodes, 2)
+    again = shard_plan.make_plan({"name": "yt8m", "mode": "partition", "replicas": 2, "headroom": 0.05}, shards,
+                                 _nodes(large_nodes), previous=large)
+    result["rerun_moves_nothing"] = again["changes"]["fetch_copies"] == 0 and again["assignment"] == large["assignment"]
     per_node = [info["shards"] for info in large["nodes"].values()]
     result["large_plan_shards_per_node"] = {"min": min(per_node), "max": max(per_node)}
+    result["large_plan_balance"] = large["balance"]
     task, timings[f"plan_task_{large_nodes}_nodes_2_replicas"], result["plan_task_files"] = _plan_task(shards, large_nodes, 2)
     result["plan_task_seconds"] = timings[f"plan_task_{large_nodes}_nodes_2_replicas"]
     result["plan_task_agrees"] = task["nodes"] == large["nodes"]
+    layouts = [(8, 64), (64, 6_400)] + ([] if quick else [(1_000, 100_000)])
+    result["balance"] = {f"{nodes}_nodes_{'unequal' if unequal else 'equal'}_{copies}_cop{'y' if copies == 1 else 'ies'}":
+                         _balance(placement, nodes, shards_count, unequal, copies)
+                         for nodes, shards_count in layouts for unequal in (False, True) for copies in (1, 2)}
+    result["churn"] = {f"{'unequal' if unequal else 'equal'}_{copies}": _churn(placement, unequal, copies)
+                       for unequal in (False, True) for copies in (1, 2)}
+    result["shares"] = _disks(placement)
+    result["balance_met"] = all(row["max_over_average"] <= 1.02 or row["within_one_shard"] for row in result["balance"].values())
+    result["churn_met"] = all(row["add_one_of_100"] <= 2 and row["remove_one_of_100"] <= 2 and row["rerun_moved"] == 0
+                              for row in result["churn"].values())
+    result["shares_met"] = all(value <= 1.02 for value in result["shares"].values())
     if not quick:
-        equal = {f"gpu{number}": 10 ** 12 for number in range(8)}
-        unequal = dict(equal, **{f"gpu{number}": 2 * 10 ** 12 for number in range(4)})
-        result["balance_100k_over_8"] = {"equal": _balance(shard_plan, 100_000, equal), "weights_2_to_1": _balance(shard_plan, 100_000, unequal)}
-        headline = timings.get(f"plan_{large_nodes}_nodes_2_replicas_numpy", timings.get(f"plan_{large_nodes}_nodes_2_replicas_pure"))
-        result["target_met"] = headline <= TARGET_SECONDS
+        result["target_met"] = timings[f"plan_{large_nodes}_nodes_2_replicas_pure"] <= TARGET_SECONDS
         result["plan_task_target_met"] = result["plan_task_seconds"] <= TARGET_SECONDS
     return result
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 shards only; checks that the numpy and pure-Python paths agree")
-    parser.add_argument("--pure-large", action="store_true", help="also time the pure-Python path at 1,000 nodes (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="2,000 shards on 50 nodes; balance and churn on small layouts")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    result = run(args.quick, pure_large=args.pure_large)
+    result = run(args.quick)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"shard_plan benchmark: {result['shards']} shards, Python {result['python']}, numpy {'yes' if result['numpy'] else 'no'}")
+        print(f"shard_plan benchmark: {result['shards']} shards, Python {result['python']}")
         for name, seconds in result["timings_s"].items():
             print(f"  {name:<40} {seconds:8.3f} s")
-        for name in ("paths_agree", "large_plan_shards_per_node", "balance_100k_over_8", "target_met", "plan_task_agrees"):
+        for name in ("rerun_moves_nothing", "large_plan_shards_per_node", "large_plan_balance", "balance", "churn", "shares",
+                     "balance_met", "churn_met", "shares_met", "target_met", "plan_task_agrees"):
             if name in result:
                 print(f"  {name:<40} {result[name]}")
         task = f"  whole plan task: make_plan, the plan file and {result['plan_task_files']} list files in {result['plan_task_seconds']:.2f} s"
         if "plan_task_target_met" in result:
             task += f" (target <= {TARGET_SECONDS:.0f} s: {'met' if result['plan_task_target_met'] else 'MISSED'})"
         print(task)
-    failed = ("paths_agree", "plan_task_agrees", "target_met", "plan_task_target_met")
+    failed = ("rerun_moves_nothing", "plan_task_agrees", "balance_met", "churn_met", "shares_met", "target_met", "plan_task_target_met")
     if any(result.get(name) is False for name in failed):
         return 1
     return 0

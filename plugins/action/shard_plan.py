@@ -19,9 +19,11 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import basic_authorization
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url, split_user_info
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
-    ShardPlanError, expand_source, host_shards, host_streamed, make_plan, parse_index, peer_roles, shard_records)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
+    host_shards, host_streamed, make_plan, peer_roles, rank_split)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources import expand_source, parse_index, shard_records
 
 HEAD_CONCURRENCY = 32
 # Shards whose size the planner may learn with a HEAD request each; a dataset with more unknown sizes needs an index.
@@ -201,27 +203,24 @@ def prune_lists(plan_dir, named, now=None):
 
 
 def node_lists(plan, shards):
-    """What each node's list files hold: ({host: [its shard records]}, {host: [{"name", "url"} of the shards it streams]}
-    (empty unless the plan streams). Built for every node in one pass over the plan (``host_shards``), not one pass per
-    node; the nodes of a replicated plan share one list object."""
+    """What each node's list files hold: ({host: [its shard records, each with its "rank"]}, {host: [{"name", "url",
+    "rank"} of the shards it streams]} (empty unless the plan streams). Built for every node in one pass over the plan
+    (``host_shards``, ``rank_split``), not one pass per node."""
     by_record = {record["name"]: record for record in shards}
+    ranks = rank_split(plan, {record["name"]: record.get("samples") for record in shards})
     hosts = sorted(plan["nodes"])
-    held = _per_host(hosts, host_shards(plan), by_record.__getitem__)
+    held = _per_host(hosts, host_shards(plan), ranks, lambda shard, rank: dict(by_record[shard], rank=rank))
     streamed = {}
     if plan["mode"] == "stream":
-        streamed = _per_host(hosts, host_streamed(plan), lambda shard: {"name": shard, "url": by_record[shard]["url"]})
+        streamed = _per_host(hosts, host_streamed(plan), ranks,
+                             lambda shard, rank: {key: by_record[shard].get(key) for key in ("name", "url", "size", "samples")}
+                             | {"rank": rank})
     return held, streamed
 
 
-def _per_host(hosts, names_by_host, entry):
-    """{host: [entry(name) for each of its shard names]}, made once for hosts that share one list of names."""
-    made, lists = {}, {}
-    for host in hosts:
-        names = names_by_host[host]
-        if id(names) not in made:
-            made[id(names)] = [entry(shard) for shard in names]
-        lists[host] = made[id(names)]
-    return lists
+def _per_host(hosts, names_by_host, ranks, entry):
+    """{host: [entry(name, its rank) for each of its shard names]}."""
+    return {host: [entry(shard, ranks[host][shard]) for shard in names_by_host[host]] for host in hosts}
 
 
 def write_lists(pool, plan_dir, by_host):
@@ -298,12 +297,13 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     changed = (previous is None or changes["fetch_copies"] > 0 or changes["remove_copies"] > 0
                or previous.get("sources") != plan["sources"])
     held, streamed = node_lists(plan, shards)
+    # Checked before anything is written: a plan task that fails here leaves the saved plan as it was.
+    peers = peer_configs(name, plan, endpoints)
     with ThreadPoolExecutor(WRITE_CONCURRENCY) as pool:
         # Each list file waits on its fsync: the nodes' files are written on threads while this one encodes the plan.
-        pending = [write_lists(pool, plan_dir, held), write_lists(pool, plan_dir, streamed)]
+        pending = [write_lists(pool, plan_dir, held), write_lists(pool, plan_dir, streamed), write_lists(pool, plan_dir, peers)]
         if changed and not check_mode:
             write_atomically(plan_path, json.dumps(plan, sort_keys=True, indent=1).encode("utf-8"))
-        pending.append(write_lists(pool, plan_dir, peer_configs(name, plan, endpoints)))
     lists, stream_lists, peer_lists = ({host: future.result() for host, future in futures.items()} for futures in pending)
     return {
         "changed": changed,
@@ -317,8 +317,31 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
         "lists": lists,
         "stream_lists": stream_lists,
         "mode_reason": plan["mode_reason"],
+        "balance": plan["balance"],
+        "rank_split_by": plan["rank_split_by"],
         "_before": previous["summary"] if previous else "dataset %s: no plan yet" % name,
     }
+
+
+def target_ranks(host, read):
+    """{"ranks", "ranks_from"} of one target from what the role read there (``RANKS_VAR``): shard_staging_ranks_per_node
+    where it is set, else the GPU count of its facts, else 1. A node of the GPU group whose facts count no GPU needs the
+    variable."""
+    read = read or {}
+    given = read.get("set")
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+            raise ShardPlanError("%s: shard_staging_ranks_per_node is %r; it must be a whole number of training ranks (GPUs) "
+                                 "on the node, 1 or more" % (host, given))
+        return {"ranks": given, "ranks_from": "shard_staging_ranks_per_node"}
+    gpus = read.get("gpus")
+    if gpus is not None and int(gpus) >= 1:
+        return {"ranks": int(gpus), "ranks_from": "nvidia_gpu_facts"}
+    if gpus is not None and read.get("gpu_group"):
+        raise ShardPlanError("%s: it is in shard_staging_gpu_group but nvidia_gpu_facts counts no GPU there, and "
+                             "shard_staging_ranks_per_node is unset: set shard_staging_ranks_per_node for it (the ranks that "
+                             "read its shards), bring its GPUs back, or take it out of shard_staging_targets" % host)
+    return {"ranks": 1, "ranks_from": "default"}
 
 
 class ActionModule(ActionBase):
@@ -328,6 +351,9 @@ class ActionModule(ActionBase):
     ROOM_VAR = "__shard_staging_room"
     # Where each target serves its shards to the others (peer-assisted staging): {"address": ..., "port": N}.
     PEER_VAR = "__shard_staging_peer_endpoint"
+    # Each target's training ranks as the role's probe read them: {"set": shard_staging_ranks_per_node, "gpus": the
+    # GPU count of its nvidia_gpu_facts or None, "gpu_group": whether it is in shard_staging_gpu_group}.
+    RANKS_VAR = "__shard_staging_ranks"
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -337,6 +363,13 @@ class ActionModule(ActionBase):
         if not isinstance(datasets, list) or not isinstance(targets, list) or not targets or not plan_dir:
             raise AnsibleActionFail("shard_plan needs datasets (a list), targets (a non-empty list of hosts) and plan_dir")
         space = {host: self._room(task_vars["hostvars"].get(host, {})) for host in targets}
+        try:
+            ranks = {host: target_ranks(host, task_vars["hostvars"].get(host, {}).get(self.RANKS_VAR)) for host in targets}
+        except ShardPlanError as exc:
+            raise AnsibleActionFail(to_native(exc))
+        for host in targets:
+            for room in space[host].values():
+                room.update(ranks[host])
         self._endpoints = {host: task_vars["hostvars"].get(host, {}).get(self.PEER_VAR) for host in targets}
         plan_dir = os.path.abspath(os.path.expanduser(plan_dir))
         result.update(changed=False, datasets={})

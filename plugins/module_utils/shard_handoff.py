@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lists a training job reads from dest: shards.txt, sources.txt and one list per rank."""
 
+import json
 import os
 import re
 
@@ -14,6 +15,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input im
 HANDOFF_LIST = "shards.txt"
 HANDOFF_SOURCES = "sources.txt"
 HANDOFF_RANKS = "ranks"
+HANDOFF_COUNTS = "ranks.json"
 _RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
 
 
@@ -23,9 +25,11 @@ def _rank_file(rank):
 
 def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
     """Write the lists a training job reads: shards.txt (what to read: local paths, and the URLs of the ``streamed``
-    shards, which stay at their source), sources.txt (every shard's URL) and ranks/rank-NNNN.txt (disjoint round-robin
-    parts of shards.txt, one per rank), in the order given (merged by name with ``streamed``). Returns the files it changed (would change, in check
-    mode). Rank files beyond ``ranks`` are removed.
+    shards, which stay at their source), sources.txt (every shard's URL), ranks/rank-NNNN.txt (disjoint parts of
+    shards.txt, one per rank: the planner's "rank" of each entry where every entry has one, else round-robin) and
+    ranks.json (each rank's shards, bytes and samples, so that a job can set its epoch length without reading the
+    files), in the order given (merged by name with ``streamed``). Returns the files it changed (would change, in
+    check mode). Rank files beyond ``ranks`` are removed.
 
     Nothing is written through a symbolic link: a link (or anything but a regular file) at a list's name, or a ``ranks``
     that is a link or not a directory, raises StagingError naming it, in check mode too, before any list is changed.
@@ -34,13 +38,19 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
         raise StagingError("ranks is %d; give 1 or more training ranks per node" % ranks)
     dest = os.path.abspath(dest)
     # URLs as shown (credentials as ***): the lists are read by anyone who trains, and must hold no secret.
-    entries = [(shard["name"], os.path.join(dest, shard["name"]), redact_url(shard["url"])) for shard in shards]
+    entries = [(shard["name"], os.path.join(dest, shard["name"]), redact_url(shard["url"]), shard) for shard in shards]
     if streamed:
-        entries = sorted(entries + [(shard["name"], redact_url(shard["url"]), redact_url(shard["url"])) for shard in streamed])
-    paths = [read for _name, read, _url in entries]
-    wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [url for _name, _read, url in entries]}
-    for rank in range(ranks):
-        wanted[_rank_file(rank)] = paths[rank::ranks]
+        entries = sorted(entries + [(shard["name"], redact_url(shard["url"]), redact_url(shard["url"]), shard)
+                                    for shard in streamed], key=lambda entry: entry[0])
+    paths = [read for _name, read, _url, _shard in entries]
+    wanted = {HANDOFF_LIST: paths, HANDOFF_SOURCES: [url for _name, _read, url, _shard in entries]}
+    planned = all(isinstance(shard.get("rank"), int) and 0 <= shard["rank"] < ranks for _n, _r, _u, shard in entries)
+    parts = [[] for _rank in range(ranks)]
+    for position, entry in enumerate(entries):
+        parts[entry[3]["rank"] if planned else position % ranks].append(entry)
+    for rank, part in enumerate(parts):
+        wanted[_rank_file(rank)] = [read for _name, read, _url, _shard in part]
+    wanted[HANDOFF_COUNTS] = [rank_counts(parts, planned)]
     if not check_mode:
         os.makedirs(dest, exist_ok=True)
     try:
@@ -74,6 +84,17 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
         if ranks_fd is not None:
             os.close(ranks_fd)
         os.close(dest_fd)
+
+
+def rank_counts(parts, planned):
+    """ranks.json's one line: {"split": "planned" or "round-robin", "ranks": [{"rank", "shards", "bytes", "samples"}]}
+    (bytes and samples None where an entry does not say)."""
+    def total(part, key):
+        values = [shard.get(key) for _name, _read, _url, shard in part]
+        return None if None in values else sum(values)
+    return json.dumps({"split": "planned" if planned else "round-robin",
+                       "ranks": [{"rank": rank, "shards": len(part), "bytes": total(part, "size"), "samples": total(part, "samples")}
+                                 for rank, part in enumerate(parts)]}, sort_keys=True)
 
 
 def _open_ranks(dest, dest_fd, create):

@@ -13,7 +13,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors i
 
 MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
 _URL_PREFIXES = ("http://", "https://", "file://")
-_SHARD_KEYS = frozenset(("name", "url", "size", "sha256"))
+_SHARD_KEYS = frozenset(("name", "url", "size", "sha256", "samples", "rank"))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
 
@@ -111,6 +111,11 @@ def _shard_problems(index, raw):
         problems.append("size must be a non-negative integer, got %r" % (size,))
     if sha256 is not None and (not isinstance(sha256, str) or not _SHA256_RE.match(sha256)):
         problems.append("sha256 must be 64 hex digits, got %r" % (raw.get("sha256"),))
+    for key in ("samples", "rank"):
+        # The planner's figures for the hand-off lists (samples from the index, the rank that reads the shard).
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append("%s must be a non-negative integer, got %r" % (key, value))
     if len(raw) > 2 and not _SHARD_KEYS.issuperset(raw):
         problems.append("unknown keys %s" % ", ".join(sorted(str(key) for key in set(raw) - _SHARD_KEYS)))
     if problems:
@@ -127,8 +132,12 @@ def _shards_if_all_valid(raw_shards):
     """
     if not raw_shards:
         return []
-    if set(map(type, raw_shards)) != {dict} or max(map(len, raw_shards)) > 4 or not all(map(_SHARD_KEYS.issuperset, raw_shards)):
+    if set(map(type, raw_shards)) != {dict} or max(map(len, raw_shards)) > 6 or not all(map(_SHARD_KEYS.issuperset, raw_shards)):
         return None
+    for key in ("samples", "rank"):
+        values = [value for value in map(dict.get, raw_shards, itertools.repeat(key)) if value is not None]
+        if values and (set(map(type, values)) != {int} or min(values) < 0):
+            return None
     names, urls, sizes, digests = ([*map(dict.get, raw_shards, itertools.repeat(key))] for key in ("name", "url", "size", "sha256"))
     if set(map(type, names)) != {str} or len(set(names)) != len(names) or max(map(len, names)) * 4 > MAX_NAME_BYTES:
         return None

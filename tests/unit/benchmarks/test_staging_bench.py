@@ -74,7 +74,8 @@ def test_quick_mode_engine_rerun_is_a_noop_and_plan_runs(quick_result):
     assert noop["details"]["confirmed"] == noop["files"]
     assert noop["details"]["changed"] is False
     assert rows["plan"]["status"] == "ok"
-    assert rows["plan"]["details"]["paths_agree"] is True
+    assert rows["plan"]["details"]["rerun_moves_nothing"] is True
+    assert rows["plan"]["details"]["balance_met"] and rows["plan"]["details"]["churn_met"]
 
 
 def test_quick_mode_every_tool_that_ran_made_a_whole_copy(quick_result):

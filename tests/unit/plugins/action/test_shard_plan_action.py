@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import (
     LIST_KEEP_SECONDS, ActionModule, learn_shards, plan_dataset, probe_size, prune_lists, write_list)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     ShardPlanError, node_shards, node_streamed, peer_roles)
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -74,13 +74,15 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
     plan = json.loads((new_dir / "ds.plan.json").read_text())
     assert plan["mode"] == settings["mode"]
     # The files as the action wrote them before, one pass over the plan for each node: the same names, the same bytes.
-    by_record = {record["name"]: record for record in shards}
+    # Each entry names the rank that reads it (one rank per node here: all 0).
+    by_record = {record["name"]: dict(record, rank=0) for record in shards}
     expected_lists, expected_streamed = {}, {}
     for host in sorted(nodes):
         expected_lists[host] = write_list(str(old_dir), [by_record[shard] for shard in node_shards(plan, host)])
         if plan["mode"] == "stream":
-            expected_streamed[host] = write_list(str(old_dir), [{"name": shard, "url": by_record[shard]["url"]}
-                                                                for shard in node_streamed(plan, host)])
+            expected_streamed[host] = write_list(str(old_dir), [
+                {"name": shard, "url": by_record[shard]["url"], "size": by_record[shard]["size"], "samples": None, "rank": 0}
+                for shard in node_streamed(plan, host)])
     assert list(planned["lists"]) == sorted(nodes) and list(planned["stream_lists"]) == list(expected_streamed)
     for written, expected in ((planned["lists"], expected_lists), (planned["stream_lists"], expected_streamed)):
         for host, path in written.items():

@@ -1,5 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+import json
 import os
 
 import pytest
@@ -18,23 +19,45 @@ def read(path):
 
 def test_lists_for_training(tmp_path):
     changed = write_handoff(str(tmp_path), SHARDS, ranks=2)
-    assert changed == ["ranks/rank-0000.txt", "ranks/rank-0001.txt", "shards.txt", "sources.txt"]
+    assert changed == ["ranks.json", "ranks/rank-0000.txt", "ranks/rank-0001.txt", "shards.txt", "sources.txt"]
     local = [str(tmp_path / shard["name"]) for shard in SHARDS]
     assert read(tmp_path / "shards.txt") == local
     assert read(tmp_path / "sources.txt") == [shard["url"] for shard in SHARDS]
     assert read(tmp_path / "ranks" / "rank-0000.txt") == local[0::2]
     assert read(tmp_path / "ranks" / "rank-0001.txt") == local[1::2]
+    # Without the planner's ranks the split is round-robin, and the counts say so (no sizes given: bytes unknown).
+    assert json.loads((tmp_path / "ranks.json").read_text()) == {"split": "round-robin", "ranks": [
+        {"rank": 0, "shards": 3, "bytes": None, "samples": None}, {"rank": 1, "shards": 2, "bytes": None, "samples": None}]}
+
+
+def test_the_planners_ranks_decide_the_lists_and_the_counts_say_each_ranks_samples(tmp_path):
+    shards = [dict(shard, size=100 * (i + 1), samples=10 * (i + 1), rank=rank)
+              for i, (shard, rank) in enumerate(zip(SHARDS, [1, 0, 1, 0, 1]))]
+    write_handoff(str(tmp_path), shards, ranks=2)
+    local = [str(tmp_path / shard["name"]) for shard in SHARDS]
+    assert read(tmp_path / "ranks" / "rank-0000.txt") == [local[1], local[3]]
+    assert read(tmp_path / "ranks" / "rank-0001.txt") == [local[0], local[2], local[4]]
+    assert json.loads((tmp_path / "ranks.json").read_text()) == {"split": "planned", "ranks": [
+        {"rank": 0, "shards": 2, "bytes": 600, "samples": 60}, {"rank": 1, "shards": 3, "bytes": 900, "samples": 90}]}
+
+
+def test_a_rank_beyond_the_nodes_ranks_falls_back_to_round_robin(tmp_path):
+    shards = [dict(shard, rank=5) for shard in SHARDS]
+    write_handoff(str(tmp_path), shards, ranks=2)
+    assert json.loads((tmp_path / "ranks.json").read_text())["split"] == "round-robin"
 
 
 def test_rewrites_only_what_changed_and_drops_extra_ranks(tmp_path):
     write_handoff(str(tmp_path), SHARDS, ranks=3)
     assert write_handoff(str(tmp_path), SHARDS, ranks=3) == []
-    assert write_handoff(str(tmp_path), SHARDS, ranks=2) == ["ranks/rank-0000.txt", "ranks/rank-0001.txt", "ranks/rank-0002.txt"]
+    assert write_handoff(str(tmp_path), SHARDS, ranks=2) == ["ranks.json", "ranks/rank-0000.txt", "ranks/rank-0001.txt",
+                                                             "ranks/rank-0002.txt"]
     assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank-0000.txt", "rank-0001.txt"]
 
 
 def test_check_mode_writes_nothing(tmp_path):
-    assert write_handoff(str(tmp_path), SHARDS, ranks=1, check_mode=True) == ["ranks/rank-0000.txt", "shards.txt", "sources.txt"]
+    assert write_handoff(str(tmp_path), SHARDS, ranks=1, check_mode=True) == ["ranks.json", "ranks/rank-0000.txt", "shards.txt",
+                                                                               "sources.txt"]
     assert list(tmp_path.iterdir()) == []
 
 

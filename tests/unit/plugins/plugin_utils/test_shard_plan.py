@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unit tests for the shard_staging planner: source patterns, indexes, mode choice, HRW placement and plans."""
+"""Unit tests for the shard_staging planner: source patterns, indexes, mode choice and plans."""
 
 from __future__ import annotations
 
@@ -18,36 +18,31 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_plan
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import (
-    ShardPlanError,
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_placement import choose_mode, node_capacity
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     changes_by_node,
-    choose_mode,
-    expand_source,
     host_shards,
     host_streamed,
-    hrw_score,
     make_plan,
-    node_capacity,
     node_changes,
     node_shards,
     node_streamed,
-    node_weight,
-    pair_unit,
-    parse_index,
-    place_shards,
-    shard_name,
+    peer_roles,
+    seeders,
     shard_nodes,
-    shard_records,
     summarize,
+)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError, human
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources import (
+    expand_source,
+    parse_index,
+    shard_name,
+    shard_records,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "shard_plan"
 COLLECTIONS_ROOT = Path(__file__).resolve().parents[4] / "collections"
 GB = 10 ** 9
-
-requires_numpy = pytest.mark.skipif(not shard_plan.numpy_available(), reason="numpy is not importable")
-
 
 def shard_names(count, prefix="chunks-"):
     return [f"{prefix}{number:06d}.tar" for number in range(count)]
@@ -161,9 +156,9 @@ def test_shard_name_is_the_last_path_segment(url, name):
 def test_parse_index_reads_sha256sum_output_in_text_and_binary_mode():
     index = parse_index((FIXTURES / "SHA256SUMS").read_text(), "SHA256SUMS")
     assert index == {
-        "train-000000.tar": {"size": None, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
-        "train-000001.tar": {"size": None, "sha256": "d36fdd5816c081f3bd8e7df6094272267a1aaf1a3f6cbe874da91e563fdc8671"},
-        "train-000002.tar": {"size": None, "sha256": "52fdf7e969a0b623f3ec4b4c0926dbedf7a753beda9499aa8836fb20a1ab346b"},
+        "train-000000.tar": {"size": None, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da", "samples": None},
+        "train-000001.tar": {"size": None, "sha256": "d36fdd5816c081f3bd8e7df6094272267a1aaf1a3f6cbe874da91e563fdc8671", "samples": None},
+        "train-000002.tar": {"size": None, "sha256": "52fdf7e969a0b623f3ec4b4c0926dbedf7a753beda9499aa8836fb20a1ab346b", "samples": None},
     }
 
 
@@ -171,17 +166,17 @@ def test_parse_index_unescapes_names_and_lowers_digests():
     # sha256sum marks a line with a leading backslash when the name holds a backslash or a newline.
     text = "\\" + "AB" * 32 + "  shards/odd\\\\name.tar\n\n" + "cd" * 32 + "  plain.tar\r\n"
     assert parse_index(text) == {
-        "odd\\name.tar": {"size": None, "sha256": "ab" * 32},
-        "plain.tar": {"size": None, "sha256": "cd" * 32},
+        "odd\\name.tar": {"size": None, "sha256": "ab" * 32, "samples": None},
+        "plain.tar": {"size": None, "sha256": "cd" * 32, "samples": None},
     }
 
 
 def test_parse_index_reads_a_wids_index_with_nested_datasets():
     index = parse_index((FIXTURES / "wids-index.json").read_text(), "wids-index.json")
     assert index == {
-        "train-000000.tar": {"size": 10240, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
-        "train-000001.tar": {"size": 10240, "sha256": None},
-        "train-000002.tar": {"size": None, "sha256": None},
+        "train-000000.tar": {"size": 10240, "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da", "samples": 1},
+        "train-000001.tar": {"size": 10240, "sha256": None, "samples": 1},
+        "train-000002.tar": {"size": None, "sha256": None, "samples": 1},
     }
 
 
@@ -228,10 +223,10 @@ def test_shard_records_join_urls_with_the_index():
     index = parse_index((FIXTURES / "wids-index.json").read_text())
     assert shard_records(urls, index) == [
         {"name": "train-000000.tar", "url": urls[0], "size": 10240,
-         "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da"},
-        {"name": "train-000001.tar", "url": urls[1], "size": 10240, "sha256": None},
-        {"name": "train-000002.tar", "url": urls[2], "size": None, "sha256": None},
-        {"name": "train-000003.tar", "url": urls[3], "size": None, "sha256": None},
+         "sha256": "63b21d093fe30f3b78f252742c17b567f042142d1199cf93d9a4a22814a418da", "samples": 1},
+        {"name": "train-000001.tar", "url": urls[1], "size": 10240, "sha256": None, "samples": 1},
+        {"name": "train-000002.tar", "url": urls[2], "size": None, "sha256": None, "samples": 1},
+        {"name": "train-000003.tar", "url": urls[3], "size": None, "sha256": None, "samples": None},
     ]
 
 
@@ -289,15 +284,6 @@ def test_a_run_that_got_further_plans_the_same_on_free_plus_ours():
 
 
 @pytest.mark.parametrize(
-    "capacity, weight",
-    [(0, 0.0), (-5, 0.0), (1, 1.0), (255, 255.0), (1000, 1000.0), (1001, 1000.0), (1003, 1000.0), (1004, 1004.0),
-     (3_840_000_000_000, 3_831_110_828_032.0)],
-)
-def test_node_weight_keeps_eight_significant_bits(capacity, weight):
-    assert node_weight(capacity) == weight
-
-
-@pytest.mark.parametrize(
     "mode, capacities, replicas, expected",
     [
         ("auto", {"a": 100, "b": 100}, 1, "replicate"),
@@ -330,263 +316,27 @@ def test_choose_mode_fails_saying_what_is_missing(mode, capacities, replicas, me
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Weighted rendezvous hashing
-
-
-def test_pair_unit_is_inside_the_open_unit_interval_and_uniform():
-    node_value = shard_plan.node_hash("gpu1")
-    units = [pair_unit(shard_plan.shard_hash(name), node_value) for name in shard_names(20_000)]
-    assert all(0.0 < unit < 1.0 for unit in units)
-    deciles = Counter(int(unit * 10) for unit in units)
-    assert all(abs(deciles[decile] - 2000) < 200 for decile in range(10)), deciles
-    assert pair_unit(0, 0) == 0.5 * 2.0 ** -52
-    assert pair_unit(0, 0) > 0.0
-
-
-def test_hashes_are_pinned_so_existing_clusters_keep_their_data():
-    # Changing the hash or the mixer would reshuffle every staged dataset: these values must never change.
-    assert shard_plan.shard_hash("chunks-000000.tar") == 5335496949065343572
-    assert shard_plan.node_hash("gpu1") == 5360318808475305593
-    assert pair_unit(5335496949065343572, 5360318808475305593) == 0.4654284478720191
-    capacities = {"gpu1": 10, "gpu2": 10, "gpu3": 10, "gpu4": 10}
-    expected = {
-        "chunks-000000.tar": ["gpu4", "gpu3"],
-        "chunks-000001.tar": ["gpu3", "gpu4"],
-        "chunks-000002.tar": ["gpu4", "gpu2"],
-        "chunks-000003.tar": ["gpu2", "gpu3"],
-        "chunks-000004.tar": ["gpu3", "gpu1"],
-        "chunks-000005.tar": ["gpu3", "gpu2"],
-    }
-    assert place_shards(equal_sizes(6), capacities, 2, use_numpy=False) == expected
-    if shard_plan.numpy_available():
-        assert place_shards(equal_sizes(6), capacities, 2, use_numpy=True) == expected
-
-
-def test_placement_follows_the_weighted_hrw_score():
-    capacities = {"a": 10 * GB, "b": 20 * GB, "c": 30 * GB, "d": 40 * GB}
-    sizes = equal_sizes(50)
-    assignment = place_shards(sizes, capacities, 4, use_numpy=False)
-    for name in sizes:
-        by_score = sorted(capacities, key=lambda host: hrw_score(name, host, node_weight(capacities[host])), reverse=True)
-        assert assignment[name] == by_score
-
-
-def test_hrw_score_is_minus_weight_over_log_u():
-    unit = pair_unit(shard_plan.shard_hash("s.tar"), shard_plan.node_hash("n1"))
-    assert hrw_score("s.tar", "n1", 3.0) == -3.0 / math.log(unit)
-
-
-@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
-def test_balance_over_eight_equal_nodes_is_within_two_percent(use_numpy):
-    capacities = {f"gpu{number}": 100_000 for number in range(8)}
-    counts = per_host_counts(place_shards(equal_sizes(100_000), capacities, 1, use_numpy=use_numpy))
-    assert sum(counts.values()) == 100_000
-    assert set(counts) == set(capacities)
-    for host, count in counts.items():
-        assert abs(count / 12_500 - 1) <= 0.02, (host, count)
-
-
-@requires_numpy
-def test_balance_follows_unequal_weights():
-    capacities = {f"big{number}": 400_000 for number in range(4)}
-    capacities.update({f"small{number}": 200_000 for number in range(4)})
-    counts = per_host_counts(place_shards(equal_sizes(100_000), capacities, 1, use_numpy=True))
-    for host, capacity in capacities.items():
-        share = 100_000 * capacity / 2_400_000
-        assert abs(counts[host] / share - 1) <= 0.02, (host, counts[host], share)
-
-
-@requires_numpy
-def test_balance_with_two_replicas_counts_each_copy():
-    capacities = {f"gpu{number}": 100_000 for number in range(8)}
-    assignment = place_shards(equal_sizes(100_000), capacities, 2, use_numpy=True)
-    assert all(len(set(hosts)) == 2 for hosts in assignment.values())
-    for host, count in per_host_counts(assignment).items():
-        assert abs(count / 25_000 - 1) <= 0.02, (host, count)
-
-
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_adding_a_node_moves_about_one_nth_and_only_onto_the_new_node(replicas):
-    sizes = equal_sizes(20_000)
-    before_capacities = {f"gpu{number}": 10 ** 6 for number in range(8)}
-    after_capacities = dict(before_capacities, gpu8=10 ** 6)
-    before = place_shards(sizes, before_capacities, replicas)
-    after = place_shards(sizes, after_capacities, replicas)
-    moved = 0
-    for name in sizes:
-        gained = set(after[name]) - set(before[name])
-        lost = set(before[name]) - set(after[name])
-        assert gained <= {"gpu8"}, name
-        assert len(lost) == len(gained)
-        moved += len(gained)
-    expected = 20_000 * replicas / 9
-    assert abs(moved / expected - 1) < 0.05, moved
-    assert per_host_counts(after)["gpu8"] == moved
-
-
-@pytest.mark.parametrize("replicas", [1, 2])
-def test_removing_a_node_moves_only_the_shards_it_held(replicas):
-    sizes = equal_sizes(20_000)
-    before_capacities = {f"gpu{number}": 10 ** 6 for number in range(8)}
-    after_capacities = {host: capacity for host, capacity in before_capacities.items() if host != "gpu3"}
-    before = place_shards(sizes, before_capacities, replicas)
-    after = place_shards(sizes, after_capacities, replicas)
-    held_by_removed = {name for name, hosts in before.items() if "gpu3" in hosts}
-    assert abs(len(held_by_removed) / (20_000 * replicas / 8) - 1) < 0.05
-    for name in sizes:
-        if name in held_by_removed:
-            assert set(before[name]) - {"gpu3"} <= set(after[name])
-            assert len(set(after[name]) - set(before[name])) == 1
-        else:
-            assert after[name] == before[name]
-
-
-def test_adding_weight_to_one_node_only_pulls_shards_onto_it():
-    sizes = equal_sizes(5_000)
-    capacities = {f"gpu{number}": 10 ** 6 for number in range(5)}
-    before = place_shards(sizes, capacities, 1, use_numpy=False)
-    after = place_shards(sizes, dict(capacities, gpu2=2 * 10 ** 6), 1, use_numpy=False)
-    changed = [name for name in sizes if after[name] != before[name]]
-    assert changed
-    assert all(after[name] == ["gpu2"] for name in changed)
-
-
-@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
-def test_a_full_node_is_skipped_and_nobody_goes_over_capacity(use_numpy):
-    rng = random.Random(7)
-    sizes = {name: rng.randint(50, 150) for name in shard_names(2_000)}
-    total = sum(sizes.values())
-    # Three copies on four nodes: HRW would put a copy on the small node for most shards, far more than it can take.
-    capacities = {"big1": int(total * 0.95), "big2": int(total * 0.95), "big3": int(total * 0.95), "small": int(total * 0.3)}
-    assignment = place_shards(sizes, capacities, 3, use_numpy=use_numpy)
-    stored = Counter()
-    for name, hosts in assignment.items():
-        assert len(set(hosts)) == 3
-        for host in hosts:
-            stored[host] += sizes[name]
-    assert sum(stored.values()) == 3 * total
-    left = {host: capacity - stored[host] for host, capacity in capacities.items()}
-    assert all(room >= 0 for room in left.values()), left
-    assert left["small"] < 150, left
-    skipped = Counter()
-    for name, hosts in assignment.items():
-        ranking = sorted(capacities, key=lambda host: hrw_score(name, host, node_weight(capacities[host])), reverse=True)
-        passed_over = [host for host in ranking[:ranking.index(hosts[-1])] if host not in hosts]
-        # A node is passed over only when it had no room for the shard, and a node never gets room back.
-        assert all(left[host] < sizes[name] for host in passed_over), name
-        assert [host for host in ranking if host in hosts] == hosts
-        skipped.update(passed_over)
-    assert set(skipped) == {"small"}
-    assert skipped["small"] > 100
-
-
-@pytest.mark.parametrize("use_numpy", [False, pytest.param(True, marks=requires_numpy)])
-def test_placement_fails_when_a_shard_finds_no_room(use_numpy):
-    sizes = {"a.tar": 60, "b.tar": 60, "c.tar": 60}
-    with pytest.raises(ShardPlanError, match=re.escape("shard 'b.tar' (60 B) cannot get 2 copies: only 1 node(s) still have room")):
-        place_shards(sizes, {"n1": 200, "n2": 100, "n3": 50}, 2, use_numpy=use_numpy)
-
-
-def test_nodes_without_usable_space_get_nothing():
-    assignment = place_shards(equal_sizes(500), {"a": 10 ** 6, "b": 0, "c": 10 ** 6}, 2, use_numpy=False)
-    assert per_host_counts(assignment) == {"a": 500, "c": 500}
-    with pytest.raises(ShardPlanError, match=re.escape("replicas is 3 but only 2 node(s) have usable space")):
-        place_shards(equal_sizes(5), {"a": 10 ** 6, "b": 0, "c": 10 ** 6}, 3)
-
-
-def test_placement_does_not_depend_on_input_order():
-    rng = random.Random(3)
-    sizes = {name: rng.randint(1, 100) for name in shard_names(3_000)}
-    capacities = {f"node-{rng.randint(0, 10 ** 6)}": rng.randint(40_000, 90_000) for _node in range(12)}
-    reference = place_shards(sizes, capacities, 2)
-    shuffled_names = list(sizes)
-    rng.shuffle(shuffled_names)
-    shuffled_hosts = list(capacities)
-    rng.shuffle(shuffled_hosts)
-    shuffled = place_shards({name: sizes[name] for name in shuffled_names}, {host: capacities[host] for host in shuffled_hosts}, 2)
-    assert shuffled == reference
-    assert list(shuffled) == sorted(sizes)
+# Placement across processes (its own properties are in test_shard_placement.py)
 
 
 PLAN_SCRIPT = """
 import hashlib, json, sys
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
 shards = [{"name": f"s-{n:05d}.tar", "url": f"http://s/s-{n:05d}.tar", "size": 1000 + n % 7, "sha256": None} for n in range(5000)]
-nodes = {f"gpu{n}": {"free_bytes": 2_000_000 + 150_000 * n} for n in range(10)}
-plan = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, shards, nodes, use_numpy=sys.argv[1] == "numpy")
+nodes = {f"gpu{n}": {"free_bytes": 2_000_000 + 150_000 * n, "ranks": 1 + n % 3} for n in range(10)}
+plan = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, shards, nodes)
 print(hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest())
 """
 
 
 def test_plans_are_identical_across_processes_with_different_hash_seeds():
     digests = set()
-    variants = [("1", "python"), ("4242", "python")]
-    if shard_plan.numpy_available():
-        variants.append(("977", "numpy"))
-    for seed, path in variants:
+    for seed in ("1", "4242", "977"):
         environment = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(COLLECTIONS_ROOT))
-        result = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, path], env=environment, capture_output=True, text=True, check=True)
+        result = subprocess.run([sys.executable, "-c", PLAN_SCRIPT], env=environment, capture_output=True, text=True, check=True)
         digests.add(result.stdout.strip())
     assert len(digests) == 1
     assert len(next(iter(digests))) == 64
-
-
-@requires_numpy
-@pytest.mark.parametrize("replicas", [1, 3])
-def test_numpy_and_pure_python_paths_agree(replicas):
-    rng = random.Random(11)
-    sizes = {name: rng.randint(1, 1_000) for name in shard_names(4_000, prefix="part-")}
-    capacities = {f"host{number:02d}": rng.randint(60_000, 400_000) for number in range(40)}
-    # Tight enough that many nodes fill up, which exercises the full-ranking fallback of both paths.
-    capacities["host00"] = 1_000
-    need = replicas * sum(sizes.values())
-    scale = need / sum(capacities.values()) * 1.03
-    capacities = {host: int(capacity * scale) for host, capacity in capacities.items()}
-    vectorised = place_shards(sizes, capacities, replicas, use_numpy=True)
-    pure = place_shards(sizes, capacities, replicas, use_numpy=False)
-    assert vectorised == pure
-
-
-@requires_numpy
-def test_numpy_rows_with_near_equal_scores_are_ranked_in_pure_python(monkeypatch):
-    sizes = equal_sizes(300, size=10)
-    capacities = {f"n{number}": 1_000 + 37 * number for number in range(12)}
-    pure = place_shards(sizes, capacities, 2, use_numpy=False)
-    fallbacks = []
-    original = shard_plan._PythonRanker.full
-
-    def counting_full(self, shard_value):
-        fallbacks.append(shard_value)
-        return original(self, shard_value)
-
-    monkeypatch.setattr(shard_plan, "_RELATIVE_TOLERANCE", 10.0)  # every row counts as a near tie
-    monkeypatch.setattr(shard_plan._PythonRanker, "full", counting_full)
-    assert place_shards(sizes, capacities, 2, use_numpy=True) == pure
-    assert len(fallbacks) >= 300
-
-
-@requires_numpy
-def test_numpy_log_is_within_the_tolerance_of_math_log():
-    # The numpy path relies on this: its log may differ from math.log only in the last few bits.
-    numpy = shard_plan.numpy
-    rng = numpy.random.default_rng(5)
-    mantissas = numpy.concatenate([
-        rng.integers(0, 2 ** 52, 200_000, dtype=numpy.uint64),
-        numpy.arange(2 ** 52 - 5_000, 2 ** 52, dtype=numpy.uint64),  # u next to 1, where ln(u) is tiny
-        numpy.arange(0, 5_000, dtype=numpy.uint64),  # u next to 0
-    ])
-    units = (mantissas.astype(numpy.float64) + 0.5) * 2.0 ** -52
-    vectorised = numpy.log(units)
-    exact = numpy.array([math.log(unit) for unit in units.tolist()])
-    assert float(numpy.max(numpy.abs(vectorised - exact) / numpy.abs(exact))) < shard_plan._RELATIVE_TOLERANCE / 1000
-
-
-def test_use_numpy_true_without_numpy_fails_clearly(monkeypatch):
-    monkeypatch.setattr(shard_plan, "numpy", None)
-    assert not shard_plan.numpy_available()
-    with pytest.raises(ShardPlanError, match="use_numpy is true but numpy cannot be imported"):
-        place_shards(equal_sizes(3), {"a": 10}, 1, use_numpy=True)
-    assert place_shards(equal_sizes(3), {"a": 10}, 1) == {name: ["a"] for name in shard_names(3)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -620,13 +370,18 @@ def test_replicated_plan():
         "replicated_on": ["n1", "n2"],
         "cached": None,
         "nodes": {
-            "n1": {"capacity": 9216, "weight": 9216.0, "shards": 3, "bytes": 4096, "free_after": 6144,
+            "n1": {"capacity": 9216, "ranks": 1, "ranks_from": "default", "fair_bytes": 4096, "capped": False,
+                   "shards": 3, "bytes": 4096, "free_after": 6144, "rank_bytes": [4096], "rank_samples": None,
                    "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0,
                    "streamed_shards": 0, "streamed_bytes": 0},
-            "n2": {"capacity": 80_000, "weight": 79872.0, "shards": 3, "bytes": 4096, "free_after": 95904,
+            "n2": {"capacity": 80_000, "ranks": 1, "ranks_from": "default", "fair_bytes": 4096, "capped": False,
+                   "shards": 3, "bytes": 4096, "free_after": 95904, "rank_bytes": [4096], "rank_samples": None,
                    "fetch_shards": 3, "fetch_bytes": 4096, "remove_shards": 0, "remove_bytes": 0,
                    "streamed_shards": 0, "streamed_bytes": 0},
         },
+        # A replicated plan has no balance to speak of: every node holds everything.
+        "balance": None,
+        "rank_split_by": "bytes",
         "changes": {"fetch_copies": 6, "fetch_bytes": 8192, "remove_copies": 0, "remove_bytes": 0,
                     "moved_shards": 3, "dropped_nodes": []},
         # Each shard once from the source (by its first node), its second copy from that node.
@@ -706,7 +461,7 @@ def test_replanning_the_same_inputs_changes_nothing():
     again = make_plan({"name": "ds", "mode": "partition", "replicas": 2}, records(sizes), eight_nodes(), previous=json.loads(json.dumps(plan)))
     assert again["assignment"] == plan["assignment"]
     assert again["changes"] == {"fetch_copies": 0, "fetch_bytes": 0, "remove_copies": 0, "remove_bytes": 0, "moved_shards": 0, "dropped_nodes": []}
-    assert again["summary"].endswith("fetch 0 copies (0 B), remove 0 copies (0 B); partition because mode partition requested")
+    assert "fetch 0 copies (0 B), remove 0 copies (0 B); partition because mode partition requested; balance 1.000" in again["summary"]
 
 
 def test_a_new_node_fetches_what_the_others_remove():
@@ -823,7 +578,7 @@ def test_make_plan_rejects_an_unusable_previous_plan(previous, message):
     [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 2 ** 40, "5.0 TiB"), (90 * 2 ** 50, "90.0 PiB")],
 )
 def test_byte_counts_read_naturally(count, text):
-    assert shard_plan._human(count) == text
+    assert human(count) == text
 
 
 def test_summarize_reports_the_fullest_node():
@@ -833,8 +588,21 @@ def test_summarize_reports_the_fullest_node():
     share = plan["nodes"][fullest]["bytes"] / plan["nodes"][fullest]["capacity"]
     assert summarize(plan) == plan["summary"] == (
         f"dataset ds: partition (1 copy per shard), 2 shards, 4.0 GiB (4.0 GiB stored) on 2 nodes, fullest {fullest} at {share:.1%} "
-        "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B); partition because mode partition requested"
+        "of usable space; fetch 2 copies (4.0 GiB), remove 0 copies (0 B); partition because mode partition requested; "
+        f"balance {plan['balance']:.3f} (max / average bytes per rank; 2 ranks from default; ranks split by bytes)"
     )
+    # Two shards of 3 and 1 GiB on two equal nodes: one holds 3 of the 4 GiB, which is one shard above its share.
+    assert plan["balance"] == 1.5
+
+
+def test_summarize_names_the_capped_nodes_and_where_the_ranks_came_from():
+    nodes = {"small": {"free_bytes": 100, "ranks": 8, "ranks_from": "nvidia_gpu_facts"},
+             "big": {"free_bytes": 10 ** 6, "ranks": 8, "ranks_from": "nvidia_gpu_facts"}}
+    plan = make_plan({"name": "ds", "mode": "partition", "headroom": 0.0}, records(equal_sizes(40, size=10)), nodes)
+    assert plan["nodes"]["small"]["capped"] and plan["nodes"]["small"]["bytes"] == 100
+    assert plan["nodes"]["big"]["bytes"] == 300 and not plan["nodes"]["big"]["capped"]
+    assert "16 ranks from nvidia_gpu_facts" in plan["summary"]
+    assert "capped: small at 100 B (fair 100 B by ranks, capped by its space)" in plan["summary"]
 
 
 def test_peer_assist_fetches_each_shard_once_from_the_source():
@@ -842,8 +610,8 @@ def test_peer_assist_fetches_each_shard_once_from_the_source():
     total = sum(1000 + i for i in range(200))
     plan = make_plan({"name": "ds", "mode": "replicate"}, shards, eight_nodes())
     assert plan["transfer"] == {"peer_assist": True, "source_bytes": total, "peer_bytes": 7 * total}
-    roles = shard_plan.peer_roles(plan)
-    seeder = shard_plan.seeders(plan)
+    roles = peer_roles(plan)
+    seeder = seeders(plan)
     seeded = collections.Counter(seeder.values())
     assert len(seeded) == 8 and min(seeded.values()) >= 10  # every node seeds a share
     for host, role in roles.items():
@@ -862,7 +630,7 @@ def test_without_a_second_copy_or_with_peer_assist_off_everything_comes_from_the
     shards = records({"s-%03d.tar" % i: 1000 for i in range(50)})
     plan = make_plan(dict(settings, name="ds"), shards, eight_nodes())
     assert plan["transfer"] == {"peer_assist": False, "source_bytes": plan["changes"]["fetch_bytes"], "peer_bytes": 0}
-    assert shard_plan.peer_roles(plan) == {}
+    assert peer_roles(plan) == {}
     assert "between peers" not in plan["summary"]
 
 
