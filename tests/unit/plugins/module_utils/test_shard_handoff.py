@@ -56,8 +56,8 @@ def test_rewrites_only_what_changed_and_drops_extra_ranks(tmp_path):
 
 
 def test_check_mode_writes_nothing(tmp_path):
-    assert write_handoff(str(tmp_path), SHARDS, ranks=1, check_mode=True) == ["ranks.json", "ranks/rank-0000.txt", "shards.txt",
-                                                                               "sources.txt"]
+    changed = write_handoff(str(tmp_path), SHARDS, ranks=1, check_mode=True)
+    assert changed == ["ranks.json", "ranks/rank-0000.txt", "shards.txt", "sources.txt"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import os
 import random
 import re
@@ -43,6 +42,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources 
 FIXTURES = Path(__file__).parent / "fixtures" / "shard_plan"
 COLLECTIONS_ROOT = Path(__file__).resolve().parents[4] / "collections"
 GB = 10 ** 9
+
 
 def shard_names(count, prefix="chunks-"):
     return [f"{prefix}{number:06d}.tar" for number in range(count)]
