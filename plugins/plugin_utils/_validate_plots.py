@@ -218,7 +218,11 @@ def draw_datasets(figure, rows):
         xs = list(range(len(nodes)))
         scale, unit = _byte_unit(max([1] + [value for counts in row["nodes"].values() for value in
                                             (counts["planned_bytes"], counts["present_bytes"])]))
-        for axes, what, label in zip(panel.subplots(1, 2), ("shards", "bytes"), ("shards", unit)):
+        with_ranks = all("rank_bytes" in row["nodes"][node] for node in nodes)
+        columns = panel.subplots(1, 3 if with_ranks else 2)
+        if with_ranks:
+            _draw_ranks(columns[2], row, nodes, scale, unit)
+        for axes, what, label in zip(columns, ("shards", "bytes"), ("shards", unit)):
             planned = [row["nodes"][node]["planned_" + what] / (scale if what == "bytes" else 1) for node in nodes]
             present = [row["nodes"][node]["present_" + what] / (scale if what == "bytes" else 1) for node in nodes]
             axes.bar([x - 0.2 for x in xs], planned, width=0.4, color="none", edgecolor="#57606a", hatch="//",
@@ -230,6 +234,26 @@ def draw_datasets(figure, rows):
             axes.set_title("%s per node" % what, fontsize=9)
             axes.set_ylim(0, max(planned + present + [1]) * 1.25)
             axes.legend(loc="upper center", ncols=2, fontsize=8)
+
+
+def _draw_ranks(axes, row, nodes, scale, unit):
+    """Each rank's bytes, grouped by node, against its fair share (the node's fair bytes over its ranks)."""
+    x, ticks = 0.0, []
+    for node in nodes:
+        counts = row["nodes"][node]
+        ranks = counts["rank_bytes"]
+        width = 0.8 / max(1, len(ranks))
+        lefts = [x - 0.4 + width * (index + 0.5) for index in range(len(ranks))]
+        axes.bar(lefts, [value / scale for value in ranks], width=width * 0.9, color=PASS)
+        fair = counts["fair_bytes"] / max(1, counts["ranks"]) / scale
+        axes.hlines(fair, x - 0.45, x + 0.45, colors="#57606a", linestyles="dashed")
+        ticks.append(x)
+        x += 1.0
+    axes.set_xticks(ticks, nodes)
+    axes.set_ylabel(unit)
+    balance = row.get("balance")
+    axes.set_title("bytes per rank against the fair share (dashed)%s" % (
+        "" if balance is None else ", balance %.3f" % balance), fontsize=9)
 
 
 def _nccl_notes(rows):

@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl_tests import nccl_busbw
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_gpu
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
 
 _VERSION_IN_NAME = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
@@ -384,6 +385,41 @@ def dataset_checks(raw, name):
                     "present_shards": present["shards"], "present_bytes": present["bytes"]}
 
 
+def dataset_balance_check(host, name, plan, limit):
+    """dataset.NAME.balance of one node: its bytes per rank against the plan's average (max ``limit``). Every rank of a
+    data-parallel epoch waits for the most loaded one."""
+    check_id = "dataset.%s.balance" % name
+    info = ((plan or {}).get("nodes") or {}).get(host)
+    if not plan:
+        return check(check_id, "skip", "no plan for the dataset")
+    if plan.get("mode") == "replicate":
+        return check(check_id, "skip", "replicated: every node holds the whole dataset")
+    if info is None or "ranks" not in info:
+        return check(check_id, "skip", "the plan has no ranks for this node (not a target, or planned by an older "
+                                        "version): run site.yml (shard_staging) to plan it again")
+    nodes = plan["nodes"].values()
+    average = sum(node["bytes"] + node["streamed_bytes"] for node in nodes) / max(1, sum(node["ranks"] for node in nodes))
+    per_rank = (info["bytes"] + info["streamed_bytes"]) / info["ranks"]
+    ratio = round(per_rank / average, 4) if average else 1.0
+    expected = "<= %g x the average" % limit
+    if ratio <= limit:
+        return check(check_id, "pass", "%s per rank over %d rank(s), %.3f x the average" % (human(int(per_rank)), info["ranks"], ratio),
+                     expected, "%.3f" % ratio)
+    capped = " It is capped by its free space: free space under dest, or lower the dataset's headroom." if info.get("capped") else ""
+    return check(check_id, "fail", "%s per rank over %d rank(s) is %.3f x the average (validate_dataset_balance_max %g): every "
+                 "epoch waits for this node. Its share follows shard_staging_ranks_per_node (else its GPU count); run site.yml "
+                 "(shard_staging) to plan again.%s" % (human(int(per_rank)), info["ranks"], ratio, limit, capped),
+                 expected, "%.3f" % ratio)
+
+
+def placement_figures(plan, host, counts):
+    """A node's placement row: present vs planned, plus its ranks, bytes per rank and fair share where the plan has them."""
+    info = ((plan or {}).get("nodes") or {}).get(host) or {}
+    if "rank_bytes" in info:
+        counts = dict(counts, ranks=info["ranks"], rank_bytes=info["rank_bytes"], fair_bytes=int(info.get("fair_bytes") or 0))
+    return counts
+
+
 # ---- the report ------------------------------------------------------------------------------------------------
 
 def _gpu_options(raw):
@@ -456,8 +492,10 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         for name in raw["expected"]["datasets"]:
             found, counts = dataset_checks(raw, name)
             checks += found
+            if raw["stage_target"]:
+                checks.append(dataset_balance_check(host, name, plans.get(name), raw["expected"].get("dataset_balance_max", 1.05)))
             if counts:
-                placement.setdefault(name, {})[host] = counts
+                placement.setdefault(name, {})[host] = placement_figures(plans.get(name), host, counts)
         for item in checks:
             report["checks"].append(dict(item, node=host))
     for name, per_node in sorted(placement.items()):
@@ -465,5 +503,5 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         report["measurements"]["datasets"].append(
             {"name": name, "mode": plan.get("mode") or "unknown", "replicas": int(plan.get("replicas") or 1),
              "shard_count": int(plan.get("shard_count") or 0), "total_bytes": int(plan.get("total_bytes") or 0),
-             "nodes": per_node})
+             "balance": plan.get("balance"), "nodes": per_node})
     return report

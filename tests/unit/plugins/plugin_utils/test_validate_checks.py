@@ -23,7 +23,8 @@ GPU_NODE_CHECKS = {
     "gpu.driver_consistency", "runtime.docker", "runtime.containerd", "runtime.microk8s", "runtime.cdi",
     "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "k8s.node_ready",
     "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",
-    "storage.seq_read", "dataset.yt8m-mini.placement", "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks"}
+    "storage.seq_read", "dataset.yt8m-mini.placement", "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks",
+    "dataset.yt8m-mini.balance"}
 HEAD_CHECKS = {"node.reachable", "k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job",
                "storage.free_space", "storage.seq_write", "storage.seq_read", "dataset.yt8m-mini.placement",
                "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks"}
@@ -68,6 +69,54 @@ def test_measurements_hold_the_disks_the_gpus_and_the_placement():
     assert placement["mode"] == "partition"
     assert sum(n["planned_shards"] for n in placement["nodes"].values()) == 32
     assert [m["reason"] for m in measurements["nccl_busbw"] if m["scope"] == "node"] == ["the driver does not answer (not_loaded)"] * 2
+
+
+def plan_with(gpu1_bytes, gpu2_bytes, ranks=(2, 2), **extra):
+    """PLAN with per-node figures as shard_staging writes them now."""
+    nodes = {host: {"bytes": held, "streamed_bytes": 0, "ranks": count, "rank_bytes": [held // count] * count,
+                    "fair_bytes": 1802240, "capped": False}
+             for host, held, count in (("sim-gpu1", gpu1_bytes, ranks[0]), ("sim-gpu2", gpu2_bytes, ranks[1]))}
+    return dict(PLAN, nodes=nodes, **dict({"balance": None}, **extra))
+
+
+def balance_checks(plan, limit=None):
+    nodes = copy.deepcopy(RAW)
+    if limit is not None:
+        for raw in nodes.values():
+            raw["expected"]["dataset_balance_max"] = limit
+    report = validate_checks.evaluate(nodes, {"yt8m-mini": plan}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    return {c["node"]: c for c in report["checks"] if c["check"] == "dataset.yt8m-mini.balance"}, report
+
+
+def test_an_even_plan_passes_the_balance_check_and_the_report_has_each_ranks_bytes():
+    checks, report = balance_checks(plan_with(1802240, 1802240, balance=1.0))
+    assert {node: c["status"] for node, c in checks.items()} == {"sim-gpu1": "pass", "sim-gpu2": "pass"}
+    assert checks["sim-gpu1"]["message"] == "880.0 KiB per rank over 2 rank(s), 1.000 x the average"
+    row = report["measurements"]["datasets"][0]
+    assert row["balance"] == 1.0 and row["nodes"]["sim-gpu1"]["rank_bytes"] == [901120, 901120]
+    jsonschema.validate(dict(report, summary=validate_report.summarize(report)), SCHEMA)
+
+
+def test_a_node_above_the_balance_limit_fails_naming_the_limit_and_the_fix():
+    checks, _report = balance_checks(plan_with(2162688, 1441792))
+    assert checks["sim-gpu2"]["status"] == "pass"
+    assert checks["sim-gpu1"]["status"] == "fail"
+    assert "1.200 x the average (validate_dataset_balance_max 1.05)" in checks["sim-gpu1"]["message"]
+    assert "shard_staging_ranks_per_node" in checks["sim-gpu1"]["message"]
+    # The same plan passes with a limit the user raised.
+    assert balance_checks(plan_with(2162688, 1441792), limit=1.25)[0]["sim-gpu1"]["status"] == "pass"
+    # Bytes per rank, not per node: twice the bytes on twice the ranks is even.
+    assert balance_checks(plan_with(2402986, 1201494, ranks=(4, 2)))[0]["sim-gpu1"]["status"] == "pass"
+
+
+@pytest.mark.parametrize("plan, reason", [
+    (PLAN, "planned by an older version"),
+    (dict(PLAN, mode="replicate"), "replicated"),
+    (None, "no plan"),
+])
+def test_the_balance_check_is_skipped_where_the_plan_cannot_tell(plan, reason):
+    checks, _report = balance_checks(plan)
+    assert checks["sim-gpu1"]["status"] == "skip" and reason in checks["sim-gpu1"]["message"]
 
 
 def missing_shard(nodes):
@@ -174,3 +223,15 @@ def test_versions_come_from_the_library_file_names(paths, versions):
 ])
 def test_expected_versions_match_on_whole_components(expected, measured, matches):
     assert validate_checks.version_matches(expected, measured) is matches
+
+
+def test_the_placement_plot_draws_each_ranks_bytes_against_the_fair_share():
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import _validate_plots
+
+    _checks, report = balance_checks(plan_with(2162688, 1441792, balance=1.2))
+    svg = _validate_plots.render("plot-datasets", lambda figure: _validate_plots.draw_datasets(
+        figure, report["measurements"]["datasets"]), (9, 3.2))
+    assert "bytes per rank against the fair share (dashed), balance 1.200" in svg
+    without = balance_checks(PLAN)[1]
+    assert "bytes per rank" not in _validate_plots.render("plot-datasets", lambda figure: _validate_plots.draw_datasets(
+        figure, without["measurements"]["datasets"]), (9, 3.2))
