@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -147,6 +150,70 @@ def _disks(placement):
             "gpus_8_and_4_per_rank": round(max(per_rank) / min(per_rank), 4)}
 
 
+PLAYBOOK = """
+- name: The role's plan tasks, as a user's play runs them (each runs once, for all hosts)
+  hosts: stage_targets
+  gather_facts: false
+  tasks:
+    - name: Plan
+      ansible.builtin.import_role:
+        name: shard_staging
+        tasks_from: plan
+"""
+# The same play without the plan: what 1,000 hosts cost Ansible before any plan task (inventory, variables, a task).
+BASELINE = """
+- name: The baseline
+  hosts: stage_targets
+  gather_facts: false
+  tasks:
+    - name: One task, once
+      ansible.builtin.debug:
+        msg: baseline
+      run_once: true
+"""
+
+
+def _through_ansible(host_count, shard_count, rounds):
+    """Seconds of the role's plan tasks through ansible-playbook over ``host_count`` hosts and ``shard_count`` shards x 2
+    replicas (sizes and samples from a wids index), less the same play without them, best of ``rounds`` alternating."""
+    root = Path(__file__).resolve().parents[2]
+    playbook_bin = Path(sys.executable).parent / "ansible-playbook"
+    with tempfile.TemporaryDirectory(prefix="bench-plan-play-") as work:
+        work = Path(work)
+        index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "yt8m", "shardlist": [
+            {"url": f"chunks-{number:06d}.tar", "filesize": SHARD_BYTES + number % 977, "nsamples": 1000 + number % 7}
+            for number in range(shard_count)]}
+        (work / "index.json").write_text(json.dumps(index))
+        hosts = {}
+        for number, (host, info) in enumerate(_nodes(host_count).items()):
+            hosts[host] = {"__shard_staging_room": {"reserve_bytes": 0, "results": [
+                {"item": {"name": "yt8m"}, "free_bytes": info["free_bytes"], "held_bytes": 0, "ours_bytes": 0,
+                 "total_bytes": info["free_bytes"]}]},
+                "__shard_staging_ranks": {"set": 8, "gpus": None, "gpu_group": False},
+                "__shard_staging_peer_endpoint": {"address": f"10.1.{number // 250}.{number % 250 + 1}", "port": 8473}}
+        inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                                      "shard_staging_plan_dir": str(work / "plans"),
+                                      "shard_staging_datasets": [{"name": "yt8m", "mode": "partition", "replicas": 2,
+                                                                  "source": SOURCE.replace("099999", f"{shard_count - 1:06d}"),
+                                                                  "index": str(work / "index.json")}]},
+                             "children": {"stage_targets": {"hosts": hosts}}}}
+        (work / "hosts.json").write_text(json.dumps(inventory))
+        seconds = {True: [], False: []}
+        for _round in range(rounds):
+            for plan in (True, False):
+                shutil.rmtree(work / "plans", ignore_errors=True)
+                (work / "play.yml").write_text(PLAYBOOK if plan else BASELINE)
+                started = time.perf_counter()
+                done = subprocess.run([str(playbook_bin), "-i", str(work / "hosts.json"), str(work / "play.yml")], cwd=root,
+                                      capture_output=True, text=True, env=dict(os.environ, ANSIBLE_CONFIG=str(root / "ansible.cfg")))
+                seconds[plan].append(time.perf_counter() - started)
+                if done.returncode != 0:
+                    raise RuntimeError("the plan play failed:\n" + done.stdout[-3000:] + done.stderr[-2000:])
+    best = {plan: min(values) for plan, values in seconds.items()}
+    return {"hosts": host_count, "shards": shard_count, "play_with_plan_s": round(best[True], 2),
+            "play_without_plan_s": round(best[False], 2), "plan_tasks_s": round(best[True] - best[False], 2)}
+
+
 def run(quick: bool) -> dict:
     """Run the benchmark; ``quick`` plans 2,000 shards on 50 nodes and measures balance and churn on smaller layouts."""
     shard_plan, placement, sources = _planner(), _placement(), _sources()
@@ -185,6 +252,7 @@ def run(quick: bool) -> dict:
     result["churn_met"] = all(row["add_one_of_100"] <= 2 and row["remove_one_of_100"] <= 2 and row["rerun_moved"] == 0
                               for row in result["churn"].values())
     result["shares_met"] = all(value <= 1.02 for value in result["shares"].values())
+    result["through_ansible"] = _through_ansible(*((50, 2_000, 1) if quick else (1_000, 100_000, 2)))
     if not quick:
         result["target_met"] = timings[f"plan_{large_nodes}_nodes_2_replicas_pure"] <= TARGET_SECONDS
         result["plan_task_target_met"] = result["plan_task_seconds"] <= TARGET_SECONDS
@@ -204,7 +272,7 @@ def main(argv=None):
         for name, seconds in result["timings_s"].items():
             print(f"  {name:<40} {seconds:8.3f} s")
         for name in ("rerun_moves_nothing", "large_plan_shards_per_node", "large_plan_balance", "balance", "churn", "shares",
-                     "balance_met", "churn_met", "shares_met", "target_met", "plan_task_agrees"):
+                     "balance_met", "churn_met", "shares_met", "through_ansible", "target_met", "plan_task_agrees"):
             if name in result:
                 print(f"  {name:<40} {result[name]}")
         task = f"  whole plan task: make_plan, the plan file and {result['plan_task_files']} list files in {result['plan_task_seconds']:.2f} s"

@@ -19,7 +19,7 @@ PLAN_VERSION = 1
 _UNLIMITED = 1 << 62
 
 
-def make_plan(dataset, shards, nodes, previous=None):
+def make_plan(dataset, shards, nodes, previous=None, rank_split_out=None):
     """Plan one dataset.
 
     ``dataset``: {"name", "mode" (auto|replicate|partition|stream, default auto), "replicas" (default 1), "headroom"
@@ -28,6 +28,7 @@ def make_plan(dataset, shards, nodes, previous=None):
     ``nodes``: {host: {"free_bytes", "ours_bytes" (optional), "held_bytes" (optional), "total_bytes" (optional), "ranks"
     (default 1), "ranks_from" (optional: where the ranks were read, for the plan)}}, see ``node_capacity``.
     ``previous``: the plan this function returned last time: what moves, and the copies placement keeps.
+    ``rank_split_out``: a dict to fill with ``rank_split``'s result, for the caller that writes the nodes' lists.
     Returns a JSON-serialisable plan (see the keys below) whose "summary" is one line for check mode.
     """
     name, mode, replicas, headroom = _dataset_settings(dataset)
@@ -94,7 +95,9 @@ def make_plan(dataset, shards, nodes, previous=None):
         }
         for host in hosts
     }
-    _add_ranks(plan, {record["name"]: record.get("samples") for record in shards})
+    split = _add_ranks(plan, {record["name"]: record.get("samples") for record in shards})
+    if rank_split_out is not None:
+        rank_split_out.update(split)
     _add_changes(plan, previous)
     _add_transfer(plan, previous, peer_assist)
     plan["summary"] = summarize(plan)
@@ -122,14 +125,16 @@ def rank_split(plan, samples):
 
 def _add_ranks(plan, samples):
     """Per node, each rank's bytes (and samples); for the plan, how ranks are split and the balance: the largest bytes
-    per rank over the average (1.0 is even; None for a replicated plan, where every node holds everything)."""
+    per rank over the average (1.0 is even; None for a replicated plan, where every node holds everything). Returns
+    the split ({host: {shard: rank}})."""
     missing = sorted(shard for shard in plan["shards"] if samples.get(shard) is None)
     plan["rank_split_by"] = "bytes" if missing else "samples"
     if missing and len(missing) < len(plan["shards"]):
         plan["rank_split_note"] = (f"shard {missing[0]!r} and {len(missing) - 1} other(s) have no nsamples in the index: "
                                    "ranks are split by bytes")
     sizes = plan["shards"]
-    for host, ranked in rank_split(plan, samples).items():
+    split = rank_split(plan, samples)
+    for host, ranked in split.items():
         node = plan["nodes"][host]
         node["rank_bytes"] = [0] * node["ranks"]
         node["rank_samples"] = None if missing else [0] * node["ranks"]
@@ -144,6 +149,7 @@ def _add_ranks(plan, samples):
         average = sum(read.values()) / all_ranks
         if average:
             plan["balance"] = round(max(read[host] / node["ranks"] for host, node in plan["nodes"].items()) / average, 4)
+    return split
 
 
 def copies_per_shard(plan):
