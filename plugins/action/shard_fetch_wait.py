@@ -302,7 +302,7 @@ class ActionModule(ActionBase):
             self._async_status(jid, "cleanup", task_vars)
 
     def _read_progress(self, dest, run_id, task_vars):
-        """The node's live progress for this run, or None (not written yet, or a file another run left)."""
+        """The node's progress file as a document (any run's: the caller compares its run_id), or None."""
         found = self._execute_module(module_name="ansible.legacy.slurp", task_vars=task_vars,
                                      module_args={"src": os.path.join(dest, PROGRESS_NAME)})
         if found.get("failed") or "content" not in found:
@@ -311,7 +311,7 @@ class ActionModule(ActionBase):
             text = base64.b64decode(found["content"]).decode("utf-8", "replace")
         except (TypeError, ValueError):
             return None
-        return parse_progress(text, run_id)
+        return parse_progress(text)
 
 
 class _Watch(object):
@@ -324,10 +324,17 @@ class _Watch(object):
         self.args = args
         self.board = board
         self.last = None
+        self.earlier = None
 
     def show(self):
         args = self.args
         progress = self.action._read_progress(args["dest"], args["progress_id"], self.task_vars)
+        if progress is not None and progress.get("run_id") != args["progress_id"]:
+            progress = self._earlier(progress)
+            if progress is not None:
+                display.display("%s: waiting for an earlier run's fetch, still at work here: %s" % (
+                    _name(self.host, args["label"]), progress_line(self.host, args["label"], progress).split(": ", 1)[1]))
+                return
         if progress is None and self.last is not None:
             return  # the engine has ended and removed its progress file: the summary line comes next, not "preparing"
         if progress is None:
@@ -338,3 +345,11 @@ class _Watch(object):
             self.board.post(self.host, progress)
         if len(self.board.hosts) > 1 and self.board.claim_total(args["progress_interval"]):
             display.display(total_line(args["label"], self.board.entries(), len(self.board.hosts)))
+
+    def _earlier(self, progress):
+        """Another run's progress, once it is seen to move (its time stamp changed since the last look): a fetch an
+        interrupted play left running, which this run's waits for. A file a killed run left behind never moves."""
+        before, self.earlier = self.earlier, progress
+        if before is None or before.get("run_id") != progress.get("run_id") or before.get("updated") == progress.get("updated"):
+            return None
+        return progress

@@ -10,7 +10,6 @@ unpredictable names with O_CREAT|O_EXCL|O_NOFOLLOW."""
 import binascii
 import contextlib
 import errno
-import fcntl
 import gc
 import hashlib
 import itertools
@@ -468,43 +467,6 @@ def _version1_entries(journal, shards):
     if malformed:
         journal.warning = "journal %s had %d malformed entries (%s...); those files are re-verified" % (journal.path, len(malformed), malformed[0])
     return shards
-
-
-class DirectoryLock(object):
-    """An exclusive flock on dest so two runs never stage into the same directory at once."""
-
-    def __init__(self, dest):
-        self.path = os.path.join(dest, LOCK_NAME)
-        self.fd = None
-
-    def acquire(self, if_possible=False):
-        """Take the lock, or raise StagingError naming the run that holds it. With if_possible, a dest that does not
-        exist yet or refuses the lock file returns False instead (prepare_dest() then explains the problem).
-
-        A symbolic link (or anything but a regular file) at the lock's name raises StagingError naming it, if_possible
-        or not: the lock file is never created or opened through a link."""
-        if self.fd is not None:
-            return True
-        try:
-            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, shown="the lock %s" % self.path)
-        except UnsafeFileError as exc:
-            raise StagingError("cannot lock %s: %s" % (os.path.dirname(self.path), exc))
-        except OSError:
-            if if_possible:
-                return False
-            raise
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise StagingError("%s is locked by another shard_fetch run (%s); wait for it to finish" % (os.path.dirname(self.path), self.path))
-        self.fd = fd
-        return True
-
-    def release(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def nearest_existing(path):

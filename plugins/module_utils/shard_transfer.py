@@ -25,11 +25,12 @@ import threading
 import time
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
-    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryLock, DirectoryScan, Journal, create_temp, cyclic_gc_paused,
+    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryScan, Journal, create_temp, cyclic_gc_paused,
     fsync_directory, nearest_existing, trusted_syncfs, unlink_quietly)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import SOURCE_ACCESS_KEYS, GroupCommit, Outcome, TaskQueue, Transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_lock import DirectoryLock
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, normalize_shards, redact_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
@@ -483,7 +484,7 @@ class _Run(object):
 def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=None, verify="quick", prune=False,
           journal=None, check_mode=False, backoff=1.0, backoff_max=60.0, journal_interval=10.0,
           checkpoint_bytes=64 * MIB, buffer_size=MIB, report_limit=20, group_commit_bytes=8 * MIB, commit_interval=0.2, peer=None,
-          progress_interval=5.0, progress_id=None, source_access=None):
+          progress_interval=5.0, progress_id=None, source_access=None, if_locked="fail"):
     """Bring dest in line with shards (a list of {name, url, size, sha256} mappings, or a ShardListFile) and return a
     result dict.
 
@@ -506,6 +507,9 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
 
     While shards are transferred, a progress file in dest (see shard_progress) that carries progress_id is rewritten at
     most every progress_interval seconds (None: never) and removed when the run ends.
+
+    ``if_locked`` (wait | stop | fail, see shard_lock) says what to do when an earlier run still stages into dest; the
+    result's ``earlier_run`` says what it cost (None when there was none).
     """
     started = time.monotonic()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
@@ -519,7 +523,7 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
                     checkpoint_bytes=checkpoint_bytes, buffer_size=buffer_size, report_limit=report_limit,
                     group_commit_bytes=group_commit_bytes, commit_interval=commit_interval, progress_interval=progress_interval,
                     progress_id=progress_id)
-    lock = None if check_mode else DirectoryLock(dest)
+    lock = None if check_mode else DirectoryLock(dest, if_locked)
     listed = shards if isinstance(shards, ShardListFile) else None
     scan = run = None
     try:
@@ -544,7 +548,9 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
         if scan is None:
             lock.acquire()
             scan = DirectoryScan(dest, 1)
-        return _stage_locked(run, scan, verify, prune, started)
+        result = _stage_locked(run, scan, verify, prune, started)
+        result["earlier_run"] = lock.earlier if lock is not None else None
+        return result
     finally:
         if run is not None and run.progress is not None:
             run.progress.remove()

@@ -193,6 +193,14 @@ options:
       - An id for this run, written into the progress file so that the poller that started the run knows it is this run's
         (and not a file a killed run left behind).
     type: str
+  if_locked:
+    description:
+      - What to do when an earlier run still stages into O(dest) (its play was interrupted and left the fetch running).
+      - V(wait) waits for it to end, then goes on from where it left O(dest); V(stop) ends it (SIGTERM, SIGKILL after 30 s;
+        its journal keeps what it staged) and goes on; V(fail) stops at once, naming the lock.
+    type: str
+    choices: [wait, stop, fail]
+    default: fail
   headers:
     description:
       - Extra request headers for the sources (never for peers), e.g. V(Authorization) with a bearer token. They go to the
@@ -254,6 +262,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+earlier_run:
+  description: What an earlier run still staging into O(dest) cost this one (see O(if_locked)), or null when there was none.
+  returned: always
+  type: dict
+  sample: {pid: 4242, waited: 81.5, stopped: false}
 fetched:
   description: Number of shards fetched (in check mode, that would be fetched).
   returned: always
@@ -431,6 +444,7 @@ def main():
             report_limit=dict(type="int", default=20),
             progress_interval=dict(type="float", default=5.0),
             progress_id=dict(type="str"),
+            if_locked=dict(type="str", choices=["wait", "stop", "fail"], default="fail"),
             headers=dict(type="dict", no_log=True),
             url_username=dict(type="str"),
             url_password=dict(type="str", no_log=True),
@@ -465,13 +479,18 @@ def main():
             shards, params["dest"], concurrency=params["concurrency"], retries=params["retries"], timeout=params["timeout"],
             bandwidth_limit=params["bandwidth_limit"], verify=params["verify"], prune=params["prune"], journal=params["journal"],
             check_mode=module.check_mode, report_limit=params["report_limit"], peer=peer,
-            progress_interval=params["progress_interval"], progress_id=params["progress_id"],
+            progress_interval=params["progress_interval"], progress_id=params["progress_id"], if_locked=params["if_locked"],
             source_access=dict((key, params[key]) for key in ("headers", "url_username", "url_password", "proxy", "ca_file")),
         )
     except StagingError as exc:
         module.fail_json(msg="%s" % exc, changed=False)
     for warning in result.pop("warnings"):
         module.warn(warning)
+    earlier = result.get("earlier_run")
+    if earlier:
+        module.warn("an earlier run's fetch (pid %s) was still staging into %s: %s it (%.0f s), then went on from where it left "
+                    "dest" % (earlier["pid"] or "unknown", params["dest"], "stopped" if earlier["stopped"] else "waited for",
+                              earlier["waited"]))
     for bad in result.get("peers", {}).get("bad_data", []):
         module.warn("peer %s sent %s with bad data (%s); it was rejected and taken from the source" % (bad["peer"], bad["name"], bad["reason"]))
     for peer, reason in sorted(result.get("peers", {}).get("given_up", {}).items()):

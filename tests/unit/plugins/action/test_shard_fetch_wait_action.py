@@ -280,3 +280,20 @@ def test_a_job_file_that_cannot_be_read_leaves_the_answer_to_async_status(seen, 
     monkeypatch.setattr(shard_fetch_wait.time, "sleep", naps.append)
     assert action._job_status("1.2", 7, {}) == {"finished": 0, "started": 1}
     assert naps == [7]
+
+
+def test_an_earlier_runs_fetch_is_shown_once_it_moves_then_this_runs_own(tmp_path, monkeypatch):
+    # An interrupted play left a fetch running: this run's engine waits for it. Its file (another run id) is shown once
+    # its time stamp moves; a file a killed run left behind never moves, and stays "preparing".
+    lines = []
+    monkeypatch.setattr(shard_fetch_wait.display, "display", lambda msg, *args, **kwargs: lines.append(msg))
+    action = make_action(dict(dest="/srv/ds", progress_id="ds-2", progress_interval=30, label="ds"))
+    earlier = dict(RUNNING, run_id="ds-1", updated=100.0)
+    reads = iter([earlier, earlier, dict(earlier, updated=105.0, shards_done=2000), dict(RUNNING, run_id="ds-2")])
+    action._read_progress = lambda dest, run_id, task_vars: next(reads)
+    watch = shard_fetch_wait._Watch(action, {}, "gpu1", action._task.args, Board("ds-2", ["gpu1"], root=str(tmp_path)))
+    for _look in range(4):
+        watch.show()
+    assert lines == ["gpu1 ds: preparing (reading dest and the journal, planning the transfers)"] * 2 + [
+        "gpu1 ds: waiting for an earlier run's fetch, still at work here: 2,000/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m",
+        "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"]
