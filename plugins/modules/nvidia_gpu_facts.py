@@ -344,6 +344,11 @@ kernel_module_version:
   type: str
   returned: always
   sample: 535.54.03
+kernel_module_flavor:
+  description: Flavour of the loaded nvidia kernel module (V(open) or V(proprietary)); null when it is not loaded.
+  type: str
+  returned: always
+  sample: open
 library_version:
   description: Version of the user-space driver where it is known (from nvidia-smi's report or its mismatch error).
   type: str
@@ -373,12 +378,24 @@ pci_gpus:
       description: PCI device id.
       type: str
       sample: "0x20b2"
+    name:
+      description: The product the device id names; null for an id the collection does not know.
+      type: str
+      sample: NVIDIA A100-SXM4-80GB
+    architecture:
+      description: The GPU's architecture (Kepler to Blackwell); null for an id the collection does not know.
+      type: str
+      sample: Ampere
+    compute_capability:
+      description: CUDA compute capability; null for an id the collection does not know.
+      type: str
+      sample: "8.0"
     class:
       description: PCI class code.
       type: str
       sample: "0x030200"
 pci_nvswitches:
-  description: NVSwitch chips on PCI (NVIDIA, class 0x0680), with the same keys as RV(pci_gpus).
+  description: NVSwitch chips on PCI (NVIDIA, class 0x0680), each with its C(address), C(device_id) and C(class).
   type: list
   elements: dict
   returned: always
@@ -420,6 +437,7 @@ import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import describe, kernel_module_flavor
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import (
     NvidiaSmiParseError,
     classify_driver_state,
@@ -509,7 +527,12 @@ def gather(module):
     if nvidia_smi_path:
         rc, output = _run_nvidia_smi(module, nvidia_smi_path)
     # Read after nvidia-smi ran: it may have loaded the module itself through nvidia-modprobe.
-    kernel_module_version = parse_kernel_module_version(_read_text(os.path.join(procfs_root, "driver", "nvidia", "version")))
+    proc_version = _read_text(os.path.join(procfs_root, "driver", "nvidia", "version"))
+    kernel_module_version = parse_kernel_module_version(proc_version)
+    for gpu in pci_gpus:
+        if gpu["device_id"]:
+            known = describe(gpu["device_id"])
+            gpu.update(name=known["name"], architecture=known["architecture"], compute_capability=known["compute_capability"])
 
     parse_problem = None
     if rc == 0:
@@ -542,6 +565,7 @@ def gather(module):
         "driver_version": report["driver_version"] if usable else None,
         "cuda_version": report["cuda_version"] if usable else None,
         "kernel_module_version": kernel_module_version,
+        "kernel_module_flavor": kernel_module_flavor(proc_version),
         "library_version": state["library_version"],
         "nvidia_smi_path": nvidia_smi_path,
         "nouveau_loaded": nouveau_loaded,

@@ -323,3 +323,14 @@ def test_kernel_log_off(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(host.bin))
     result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=False))
     assert (result["xid_events"], result["kernel_log_error"]) == (None, None)
+
+
+def test_the_lent_h200_is_hopper_9_0_on_the_open_module(tmp_path, capsys):
+    # PCI and /proc/driver/nvidia/version as read on a lent H200 with driver 580 (no nvidia-smi here: the facts come
+    # from sysfs and procfs alone).
+    host = FakeHost(tmp_path, "h200_580_sysfs_pci.txt", proc_version="proc_driver_nvidia_version_open_h200_580.txt")
+    result = run_module(capsys, host.args(nvidia_smi_path=str(tmp_path / "bin" / "absent")))
+    assert result["pci_gpus"] == [{"address": "0000:00:06.0", "device_id": "0x2335", "class": "0x030200", "name": "NVIDIA H200",
+                                   "architecture": "Hopper", "compute_capability": "9.0"}]
+    assert result["kernel_module_flavor"] == "open"
+    assert result["kernel_module_version"] == "580.159.04"

@@ -1,0 +1,93 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which driver a node's GPUs allow, and one branch for a cluster: the controller's side of module_utils/nvidia_generations.
+
+``node_choice`` turns a node's GPUs (nvidia_gpu_facts' ``pci_gpus``) and the flavour and branch asked for into the
+flavour it gets and the branches that drive every one of its GPUs, or an error naming the host, the GPUs and the fix.
+``cluster_branches`` intersects the nodes' branches, or names the two groups of nodes that share none.
+"""
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import (
+    OPEN_DEFAULT_BRANCH, OPEN_FIRST_BRANCH, describe)
+
+FLAVORS = ("auto", "open", "proprietary")
+
+
+class DriverChoiceError(Exception):
+    """No driver fits: the message names the host, the GPUs and what to set."""
+
+
+def _shown(gpu):
+    return "%s (%s, %s)" % (gpu["name"], gpu["architecture"], gpu["device_id"])
+
+
+def _range(low, high):
+    return "%d and later" % low if high is None else ("%d to %d" % (low, high) if low <= high else "none")
+
+
+def node_choice(host, pci_gpus, flavor="auto", branch=None):
+    """{"flavor", "min_branch", "max_branch", "architectures", "gpus"} for one node; ``branch`` (int, str or None) the
+    branch asked for. Raises DriverChoiceError where its GPUs are unknown (and not pinned by hand), need flavours or
+    branches that exclude each other, or exclude the flavour or branch asked for."""
+    if flavor not in FLAVORS:
+        raise DriverChoiceError("%s: nvidia_driver_flavor is %r; choose one of %s" % (host, flavor, ", ".join(FLAVORS)))
+    branch = int(branch) if branch not in (None, "") else None
+    gpus = [describe(gpu["device_id"]) for gpu in pci_gpus if gpu.get("device_id")]
+    unknown = [gpu["device_id"] for gpu in gpus if gpu["unknown"]]
+    known = [gpu for gpu in gpus if not gpu["unknown"]]
+    if unknown and (flavor == "auto" or branch is None):
+        raise DriverChoiceError("%s: unknown NVIDIA device %s: its driver cannot be chosen for it; set nvidia_driver_flavor "
+                                "(open or proprietary) and nvidia_driver_branch for this host by hand"
+                                % (host, ", ".join(sorted(set(unknown)))))
+    low = max([gpu["min_branch"] for gpu in known] or [OPEN_FIRST_BRANCH])
+    highs = [gpu["max_branch"] for gpu in known if gpu["max_branch"] is not None]
+    high = min(highs) if highs else None
+    needs_open = [gpu for gpu in known if gpu["open_module"] == "required"]
+    no_open = [gpu for gpu in known if gpu["open_module"] == "unsupported"]
+    if needs_open and no_open:
+        raise DriverChoiceError("%s: no driver drives all its GPUs: %s need(s) the open kernel modules and %s cannot run "
+                                "them; put these GPUs in different nodes" % (host, ", ".join(map(_shown, needs_open[:2])),
+                                                                             ", ".join(map(_shown, no_open[:2]))))
+    if high is not None and low > high:
+        oldest = min(known, key=lambda gpu: gpu["max_branch"] or 10 ** 6)
+        newest = max(known, key=lambda gpu: gpu["min_branch"])
+        raise DriverChoiceError("%s: no driver branch drives all its GPUs: %s ends with branch %d, %s starts at %d; put "
+                                "these GPUs in different nodes" % (host, _shown(oldest), high, _shown(newest), low))
+    if flavor == "proprietary" and needs_open:
+        raise DriverChoiceError("%s: nvidia_driver_flavor is proprietary but %s run(s) only with the open kernel modules: "
+                                "set nvidia_driver_flavor to open or auto" % (host, ", ".join(map(_shown, needs_open[:3]))))
+    if flavor == "open" and no_open:
+        raise DriverChoiceError("%s: nvidia_driver_flavor is open but %s cannot run the open kernel modules (Turing and later "
+                                "only): set nvidia_driver_flavor to proprietary or auto" % (host, ", ".join(map(_shown, no_open[:3]))))
+    if branch is not None and known and not (low <= branch and (high is None or branch <= high)):
+        limiting = [gpu for gpu in known if branch < gpu["min_branch"] or (gpu["max_branch"] is not None and branch > gpu["max_branch"])]
+        raise DriverChoiceError("%s: nvidia_driver_branch %d cannot drive %s; branches that drive all its GPUs: %s"
+                                % (host, branch, ", ".join(map(_shown, limiting[:3])), _range(low, high)))
+    chosen = flavor
+    if flavor == "auto":
+        if needs_open:
+            chosen = "open"
+        elif no_open or not known:
+            chosen = "proprietary"
+        else:
+            chosen = "open" if branch is None or branch >= OPEN_DEFAULT_BRANCH else "proprietary"
+    if chosen == "open" and branch is not None and branch < OPEN_FIRST_BRANCH:
+        raise DriverChoiceError("%s: the open kernel modules start with branch %d, nvidia_driver_branch is %d: set a later "
+                                "branch or nvidia_driver_flavor: proprietary" % (host, OPEN_FIRST_BRANCH, branch))
+    return {"flavor": chosen, "min_branch": low, "max_branch": high,
+            "architectures": sorted({gpu["architecture"] for gpu in known}), "gpus": [gpu["device_id"] for gpu in gpus]}
+
+
+def cluster_branches(choices):
+    """(min, max) of the branches that drive every node of ``choices`` ({host: node_choice result}), or
+    DriverChoiceError naming the nodes that end too early and those that start too late."""
+    low = max(choice["min_branch"] for choice in choices.values())
+    highs = [choice["max_branch"] for choice in choices.values() if choice["max_branch"] is not None]
+    high = min(highs) if highs else None
+    if high is None or low <= high:
+        return low, high
+    old = sorted(host for host, choice in choices.items() if choice["max_branch"] is not None and choice["max_branch"] < low)
+    new = sorted(host for host, choice in choices.items() if choice["min_branch"] > high)
+    raise DriverChoiceError("no driver branch drives the whole cluster: %s end(s) with branch %d, %s start(s) at %d; set "
+                            "nvidia_driver_cluster_consistency: none to let each node have its own branch, or split the "
+                            "cluster" % (", ".join(old), high, ", ".join(new), low))
