@@ -16,12 +16,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+HOLD_LIMIT_S = 120
+
 
 class Fault(object):
     """What goes wrong with the next `times` responses for a path (times=None: every response).
 
     kinds: status (send `code`), truncate (announce the full length, send `after` bytes, close),
-    corrupt (flip one byte of the body), slow (send at `rate` bytes/s).
+    corrupt (flip one byte of the body), slow (send at `rate` bytes/s), hold (send `after` bytes, then wait until the
+    threading.Event `release` is set before the rest, at `rate` bytes/s if given: a transfer that is certainly under way,
+    whatever the machine's load, until the test says; HOLD_LIMIT_S is only a safety net).
     """
 
     def __init__(self, kind, times=1, **params):
@@ -144,17 +148,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(view[:fault.params["after"]])
                 entry["sent"] = min(len(body), fault.params["after"])
                 self.close_connection = True
+            elif fault is not None and fault.kind == "hold":
+                self.wfile.write(view[:fault.params["after"]])
+                self.wfile.flush()
+                entry["sent"] = min(len(body), fault.params["after"])
+                fault.params["release"].wait(HOLD_LIMIT_S)
+                self._send_slowly(entry, view[fault.params["after"]:], fault.params.get("rate"))
             elif fault is not None and fault.kind == "slow":
-                step = max(1, fault.params["rate"] // 20)
-                for offset in range(0, len(view), step):
-                    self.wfile.write(view[offset:offset + step])
-                    entry["sent"] += len(view[offset:offset + step])
-                    time.sleep(0.05)
+                self._send_slowly(entry, view, fault.params["rate"])
             else:
                 self.wfile.write(view)
                 entry["sent"] = len(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _send_slowly(self, entry, view, rate):
+        """view at rate bytes/s (None: at once), counting what was sent in entry."""
+        step = max(1, rate // 20) if rate else max(1, len(view))
+        for offset in range(0, len(view), step):
+            self.wfile.write(view[offset:offset + step])
+            entry["sent"] += len(view[offset:offset + step])
+            if rate:
+                time.sleep(0.05)
 
 
 @pytest.fixture

@@ -23,13 +23,16 @@ from engine_helpers import FAST, KIB, REPO_ROOT, assert_staged, visible
 COUNTS = dict(fetched=0, fetched_bytes=0, resumed=0, confirmed=0, verified=0, repaired=0, removed=0, from_peers=0)
 
 
-def watch(dest, run_id, until, period=0.05):
-    """Every live progress document seen in dest (one per change) until until() is true."""
+def watch(dest, run_id, until, period=0.05, seen_enough=None):
+    """Every live progress document seen in dest (one per change) until until() is true; seen_enough.set() once
+    seen_enough.wanted(seen) holds."""
     seen = []
     while not until():
         progress = read_progress(dest, run_id)
         if progress is not None and (not seen or progress["updated"] != seen[-1]["updated"]):
             seen.append(progress)
+            if seen_enough is not None and seen_enough.wanted(seen):
+                seen_enough.set()
         time.sleep(period)
     return seen
 
@@ -45,15 +48,25 @@ def test_a_slow_store_shows_progress_that_grows_then_the_file_is_gone(tmp_path, 
 
     monkeypatch.setattr(Progress, "remove", remove_after_reading)
     shards, contents = make_shards({"a.tar": 160 * KIB, "b.tar": 160 * KIB, "c.tar": 160 * KIB})
+    # The store sends 16 KiB of each shard and then holds it until this test has read the documents it checks (four
+    # while transferring, one with bytes inside a shard before any shard is done), the rest at 200 KiB/s: a watcher that
+    # a busy machine lets look only now and then still sees them.
+    release = threading.Event()
+    release.wanted = lambda seen: (len([progress for progress in seen if progress["phase"] == "transfer"]) >= 4
+                                   and any(0 < progress["bytes_done"] and progress["shards_done"] == 0 for progress in seen))
     for name in contents:
-        shard_server.inject(name, "slow", times=None, rate=200 * KIB)
+        shard_server.inject(name, "hold", times=None, after=16 * KIB, release=release, rate=200 * KIB)
     dest = str(tmp_path / "dest")
     results = []
     runner = threading.Thread(target=lambda: results.append(
         stage(shards, dest, concurrency=2, buffer_size=4096, progress_interval=0.2, progress_id="run-1", **FAST)))
     runner.start()
-    seen = watch(dest, "run-1", lambda: not runner.is_alive())
+    try:
+        seen = watch(dest, "run-1", lambda: not runner.is_alive(), seen_enough=release)
+    finally:
+        release.set()
     runner.join()
+    assert release.wanted(seen), seen
 
     assert results and results[0]["failed_shards"] == []
     assert_staged(dest, contents)
@@ -114,7 +127,9 @@ def test_progress_interval_must_be_positive(tmp_path):
 
 def test_a_killed_run_leaves_a_file_that_is_never_shown_as_current(tmp_path, make_shards, shard_server):
     shards, contents = make_shards({"big.tar": 400 * KIB})
-    shard_server.inject("big.tar", "slow", times=1, rate=100 * KIB)
+    # 128 KiB, then nothing until the child is dead: it cannot finish before the kill, however slowly this test looks.
+    release = threading.Event()
+    shard_server.inject("big.tar", "hold", times=1, after=128 * KIB, release=release)
     dest = str(tmp_path / "dest")
     config = dict(shards=shards, dest=dest, buffer_size=4096, checkpoint_bytes=16 * KIB, progress_interval=0.1, progress_id="killed",
                   **FAST)
@@ -134,6 +149,7 @@ def test_a_killed_run_leaves_a_file_that_is_never_shown_as_current(tmp_path, mak
     assert progress["pid"] == child.pid
     child.send_signal(signal.SIGKILL)
     child.wait()
+    release.set()
 
     path = os.path.join(dest, PROGRESS_NAME)
     with open(path) as handle:
