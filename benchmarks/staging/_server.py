@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
@@ -99,6 +102,22 @@ http {{
 """
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent):
+    """In the child between fork and exec: ask Linux for SIGTERM when the benchmark dies, however it dies (a SIGKILL,
+    a test's timeout), so that no nginx outlives it; exit at once if it is already gone."""
+
+    def prepare():
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return prepare
+
+
 class Nginx(object):
     """nginx serving `root` on a free 127.0.0.1 port, with its config, pid and logs in `prefix`; not the system service."""
 
@@ -124,7 +143,8 @@ class Nginx(object):
             with open(conf, "w") as handle:
                 handle.write(NGINX_CONF.format(user="user root;\n" if os.geteuid() == 0 else "", prefix=self.prefix, port=self.port, root=self.root))
             self.process = subprocess.Popen([binary, "-p", self.prefix, "-e", os.path.join(self.prefix, "error.log"), "-c", conf],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                            preexec_fn=_die_with_parent(os.getpid()))
             problem = self._wait_until_serving()
             if problem is None:
                 return self
