@@ -132,6 +132,19 @@ print(json.dumps({entry.name: entry.stat().st_size for entry in os.scandir(sys.a
 """
 
 
+# Runs inside a node: the User-Agent the engine sends (the store's log is filtered on it), from whichever of the engine's
+# modules defines it (module_utils/shard_http.py today), so that moving the engine's modules around does not break this.
+FIND_USER_AGENT = r"""
+import importlib, sys
+importlib.import_module("%s")
+found = {module.USER_AGENT for name, module in list(sys.modules.items())
+         if name.startswith("ansible_collections.dlinfra.gpu_cluster.") and isinstance(getattr(module, "USER_AGENT", None), str)}
+if len(found) != 1:
+    sys.exit("the engine's modules name %%d user agents: %%s" %% (len(found), sorted(found)))
+print(found.pop())
+"""
+
+
 class BenchError(Exception):
     """The lab cannot be set up or a run went wrong: the figures cannot be trusted."""
 
@@ -300,14 +313,15 @@ class Lab(object):
     # -- the engine ------------------------------------------------------------------------------
 
     def install_engine(self):
-        sources = sorted(name for name in os.listdir(os.path.join(REPO, "plugins", "module_utils")) if name.endswith(".py"))
+        # The whole of plugins/module_utils, packages of its own included (the engine's modules import each other).
+        source = os.path.join(REPO, "plugins", "module_utils")
+        sources = sorted(os.path.relpath(os.path.join(top, name), source) for top, dirs, names in os.walk(source)
+                         for name in names if name.endswith(".py") and "__pycache__" not in top)
         for node in NODES:
             shell(node, "rm -rf %s && mkdir -p %s" % (ENGINE_ROOT, ENGINE_DIR))
-            for name in sources:
-                docker("cp", os.path.join(REPO, "plugins", "module_utils", name), "%s:%s/%s" % (node, ENGINE_DIR, name))
+            docker("cp", source + "/.", "%s:%s" % (node, ENGINE_DIR))
             # No __init__.py anywhere: Python 3 imports each directory of the path as an implicit namespace package.
-            agent = docker("exec", "-e", "PYTHONPATH=" + ENGINE_ROOT, node, "python3", "-c",
-                           "import %s as engine; print(engine._USER_AGENT)" % ENGINE_MODULE).strip()
+            agent = docker("exec", "-e", "PYTHONPATH=" + ENGINE_ROOT, node, "python3", "-c", FIND_USER_AGENT % ENGINE_MODULE).strip()
             if self.user_agent not in (None, agent):
                 raise BenchError("the engine reports user agent %r on %s and %r elsewhere" % (agent, node, self.user_agent))
             self.user_agent = agent
