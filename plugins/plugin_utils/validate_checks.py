@@ -395,8 +395,9 @@ def dataset_balance_check(host, name, plan, limit):
     if plan.get("mode") == "replicate":
         return check(check_id, "skip", "replicated: every node holds the whole dataset")
     if info is None or "ranks" not in info:
-        return check(check_id, "skip", "the plan has no ranks for this node (not a target, or planned by an older "
-                                        "version): run site.yml (shard_staging) to plan it again")
+        why = "the plan has no ranks for this node (not a target, or planned by an older version): run site.yml " \
+              "(shard_staging) to plan it again"
+        return check(check_id, "skip", why)
     nodes = plan["nodes"].values()
     average = sum(node["bytes"] + node["streamed_bytes"] for node in nodes) / max(1, sum(node["ranks"] for node in nodes))
     per_rank = (info["bytes"] + info["streamed_bytes"]) / info["ranks"]
