@@ -205,7 +205,8 @@ def prune_lists(plan_dir, named, now=None):
 def node_lists(plan, shards, split=None):
     """What each node's list files hold: ({host: [its shard records, each with its "rank"]}, {host: [{"name", "url",
     "rank"} of the shards it streams]} (empty unless the plan streams). Built for every node in one pass over the plan
-    (``host_shards``, ``rank_split``, or the ``split`` make_plan already made), not one pass per node."""
+    (``host_shards``, ``rank_split``, or the ``split`` make_plan already made), not one pass per node; nodes with the
+    same list and rank split share one list object."""
     by_record = {record["name"]: record for record in shards}
     ranks = split or rank_split(plan, {record["name"]: record.get("samples") for record in shards})
     hosts = sorted(plan["nodes"])
@@ -219,8 +220,16 @@ def node_lists(plan, shards, split=None):
 
 
 def _per_host(hosts, names_by_host, ranks, entry):
-    """{host: [entry(name, its rank) for each of its shard names]}."""
-    return {host: [entry(shard, ranks[host][shard]) for shard in names_by_host[host]] for host in hosts}
+    """{host: [entry(name, its rank) for each of its shard names]}, made once for hosts that share one list of names and
+    one rank split (every node of a replicated plan): write_lists then encodes and writes it once."""
+    made, lists = {}, {}
+    for host in hosts:
+        names, ranked = names_by_host[host], ranks[host]
+        key = (id(names), id(ranked))
+        if key not in made:
+            made[key] = [entry(shard, ranked[shard]) for shard in names]
+        lists[host] = made[key]
+    return lists
 
 
 def write_lists(pool, plan_dir, by_host):

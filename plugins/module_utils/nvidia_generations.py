@@ -92,16 +92,13 @@ def describe(device_id):
     "name", "architecture", "compute_capability", "open_module", "min_branch", "max_branch"}; for an id this table does
     not list, the same keys with None and "unknown": True."""
     number = int(device_id, 16) if isinstance(device_id, str) else device_id
-    shown = "10de:%04x" % number
-    known = DEVICES.get(number)
-    if known is None:
-        return {"device_id": shown, "name": None, "architecture": None, "compute_capability": None, "open_module": None,
-                "min_branch": None, "max_branch": None, "unknown": True}
-    name, architecture, capability, min_branch = known
-    generation = ARCHITECTURES[architecture]
-    return {"device_id": shown, "name": name, "architecture": architecture, "compute_capability": capability,
-            "open_module": generation["open_module"], "min_branch": min_branch or generation["min_branch"],
-            "max_branch": generation["max_branch"], "unknown": False}
+    gpu = dict.fromkeys(("name", "architecture", "compute_capability", "open_module", "min_branch", "max_branch"))
+    gpu.update(device_id="10de:%04x" % number, unknown=number not in DEVICES)
+    if not gpu["unknown"]:
+        name, architecture, capability, min_branch = DEVICES[number]
+        gpu.update(ARCHITECTURES[architecture], name=name, architecture=architecture, compute_capability=capability)
+        gpu["min_branch"] = min_branch or gpu["min_branch"]
+    return gpu
 
 
 def kernel_module_flavor(proc_version_text):

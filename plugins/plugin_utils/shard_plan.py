@@ -118,9 +118,17 @@ def rank_split(plan, samples):
     weights = samples if by_samples else plan["shards"]
     reads = host_shards(plan)
     for host, names in host_streamed(plan).items():
-        reads[host] = sorted(reads.get(host, []) + names)
-    return {host: split_ranks({shard: weights[shard] for shard in names}, plan["nodes"][host]["ranks"])
-            for host, names in reads.items() if host in plan["nodes"]}
+        if names:
+            reads[host] = sorted(reads.get(host, []) + names)
+    # Nodes that read one list (every node of a replicated plan) with as many ranks share one split object.
+    made, split = {}, {}
+    for host, names in reads.items():
+        if host in plan["nodes"]:
+            key = (id(names), plan["nodes"][host]["ranks"])
+            if key not in made:
+                made[key] = split_ranks({shard: weights[shard] for shard in names}, key[1])
+            split[host] = made[key]
+    return split
 
 
 def _add_ranks(plan, samples):
@@ -134,14 +142,17 @@ def _add_ranks(plan, samples):
                                    "ranks are split by bytes")
     sizes = plan["shards"]
     split = rank_split(plan, samples)
+    figures = {}
     for host, ranked in split.items():
         node = plan["nodes"][host]
-        node["rank_bytes"] = [0] * node["ranks"]
-        node["rank_samples"] = None if missing else [0] * node["ranks"]
-        for shard, rank in ranked.items():
-            node["rank_bytes"][rank] += sizes[shard]
-            if not missing:
-                node["rank_samples"][rank] += samples[shard]
+        if id(ranked) not in figures:
+            rank_bytes, rank_samples = [0] * node["ranks"], None if missing else [0] * node["ranks"]
+            for shard, rank in ranked.items():
+                rank_bytes[rank] += sizes[shard]
+                if not missing:
+                    rank_samples[rank] += samples[shard]
+            figures[id(ranked)] = (rank_bytes, rank_samples)
+        node["rank_bytes"], node["rank_samples"] = (None if values is None else list(values) for values in figures[id(ranked)])
     plan["balance"] = None
     if plan["mode"] != "replicate":
         read = {host: node["bytes"] + node["streamed_bytes"] for host, node in plan["nodes"].items()}

@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from shard_stores import StoreHandler
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 GATE_LIMIT_S = 120
@@ -32,22 +34,7 @@ PLAYBOOK = """
 WAITING = "n0 ds: waiting for an earlier run's fetch, still at work here: "
 
 
-class _GatedStore(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _head(self):
-        data = self.server.blobs.get(self.path)
-        self.send_response(200 if data is not None else 404)
-        self.send_header("Content-Length", str(len(data) if data is not None else 0))
-        self.end_headers()
-        return data
-
-    def do_HEAD(self):
-        self._head()
-
+class _GatedStore(StoreHandler):
     def do_GET(self):
         data = self._head() or b""
         try:

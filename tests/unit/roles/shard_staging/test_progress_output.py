@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from shard_stores import StoreHandler
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 SHARD_BYTES = 512 * 1024
@@ -51,24 +53,7 @@ DURATION = re.compile(r"^(\d+s|\d+m \d\ds|\d+h \d\dm)$")  # human_duration's for
 COMPLETE_TOTAL = "(2 nodes reporting, 0 done)"
 
 
-class _SlowStore(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def _head(self):
-        data = self.server.blobs.get(self.path)
-        self.send_response(200 if data is not None else 404)
-        self.send_header("Content-Length", str(len(data) if data is not None else 0))
-        if data is not None:
-            self.send_header("ETag", '"%s"' % hashlib.sha256(data).hexdigest()[:16])
-        self.end_headers()
-        return data
-
-    def do_HEAD(self):
-        self._head()
-
+class _SlowStore(StoreHandler):
     def setup(self):
         super().setup()
         self.gets = 0  # on this connection: one node's (each keeps its connection; a new one only makes the pacing looser)
