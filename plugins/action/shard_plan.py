@@ -28,8 +28,9 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources 
 HEAD_CONCURRENCY = 32
 # Shards whose size the planner may learn with a HEAD request each; a dataset with more unknown sizes needs an index.
 MAX_HEAD_PROBES = 10_000
-# Threads writing the nodes' list files: each write waits on an fsync, and a thousand nodes' files overlap them.
-WRITE_CONCURRENCY = 8
+# Threads that fsync a batch of written files: an fsync waits on the disk, not the interpreter, so a thousand nodes' list
+# files overlap their waits.
+SYNC_CONCURRENCY = 8
 # List files under plan_dir/lists that no run has named for this long are removed: with signed URLs every run writes new
 # ones (a list at 1,000,000 shards is ~170 MB). A run started meanwhile on the same plan_dir renews the lists it names.
 LIST_KEEP_SECONDS = 3600
@@ -152,31 +153,65 @@ def learn_shards(dataset, timeout):
     return records
 
 
-def write_atomically(path, data):
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+def write_atomically(files):
+    """Write each {path: bytes} of ``files`` so that a reader sees either the old file or the whole new one, also after
+    a crash: all are written to temporary files first (owner-only: mkstemp), then synced on threads, then renamed."""
+    temporaries = []
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
+        for path, data in files.items():
+            directory = os.path.dirname(path)
+            os.makedirs(directory, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+            temporaries.append((temporary, path))
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+        if temporaries:
+            with ThreadPoolExecutor(min(SYNC_CONCURRENCY, len(temporaries))) as pool:
+                list(pool.map(_sync, [temporary for temporary, _path in temporaries]))
+        for temporary, path in temporaries:
+            os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        for temporary, _path in temporaries:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
         raise
 
 
-def write_list(plan_dir, shards):
-    """Store one node's shard list under its content hash (a cache: check mode may write it) and return its path."""
-    data = json.dumps(shards, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    path = os.path.join(plan_dir, "lists", hashlib.sha256(data).hexdigest() + ".json")
+def _sync(path):
+    handle = os.open(path, os.O_RDONLY)
     try:
-        os.utime(path)  # named again: kept by prune_lists for LIST_KEEP_SECONDS more
-    except FileNotFoundError:
-        write_atomically(path, data)
-    return path
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def list_file(plan_dir, shards):
+    """(path, bytes) of one node's shard list: stored under its content hash, so an unchanged list is a file kept."""
+    data = json.dumps(shards, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return os.path.join(plan_dir, "lists", hashlib.sha256(data).hexdigest() + ".json"), data
+
+
+def write_lists(plan_dir, by_host, also=None):
+    """Store each host's list of ``by_host`` (a cache: check mode may write it) and return {host: its path}. Hosts that
+    share one list object share one file, so a replicated plan's list is encoded and hashed once; a file already there
+    is only touched (kept by prune_lists for LIST_KEEP_SECONDS more). ``also``: {path: bytes} written in the same batch."""
+    encoded, paths, files = {}, {}, {}
+    for host, contents in by_host.items():
+        if id(contents) not in encoded:
+            path, data = list_file(plan_dir, contents)
+            encoded[id(contents)] = path
+            try:
+                os.utime(path)
+            except FileNotFoundError:
+                files[path] = data
+        paths[host] = encoded[id(contents)]
+    write_atomically(files | (also or {}))  # ``also`` renamed last: a plan file never names lists not yet in place
+    return paths
+
+
+def write_list(plan_dir, shards):
+    """Store one node's shard list (see write_lists) and return its path."""
+    return write_lists(plan_dir, {None: shards})[None]
 
 
 def prune_lists(plan_dir, named, now=None):
@@ -230,17 +265,6 @@ def _per_host(hosts, names_by_host, ranks, entry):
             made[key] = [entry(shard, ranked[shard]) for shard in names]
         lists[host] = made[key]
     return lists
-
-
-def write_lists(pool, plan_dir, by_host):
-    """Start ``write_list`` for each host's list on ``pool``: {host: future of its path}. Hosts that share one list
-    object share one write, so a replicated plan's list is encoded and hashed once."""
-    started, futures = {}, {}
-    for host, contents in by_host.items():
-        if id(contents) not in started:
-            started[id(contents)] = pool.submit(write_list, plan_dir, contents)
-        futures[host] = started[id(contents)]
-    return futures
 
 
 def peer_url(endpoint):
@@ -309,13 +333,15 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     held, streamed = node_lists(plan, shards, split)
     # Checked before anything is written: a plan task that fails here leaves the saved plan as it was.
     peers = peer_configs(name, plan, endpoints)
-    with ThreadPoolExecutor(WRITE_CONCURRENCY) as pool:
-        # Each list file waits on its fsync: the nodes' files are written on threads while this one encodes the plan.
-        pending = [write_lists(pool, plan_dir, held), write_lists(pool, plan_dir, streamed), write_lists(pool, plan_dir, peers)]
-        if changed and not check_mode:
-            # Compact: json's C encoder writes it (a plan of 100,000 shards x 2 copies in 0.6 s instead of 9 s indented).
-            write_atomically(plan_path, json.dumps(plan, sort_keys=True, separators=(",", ":")).encode("utf-8"))
-    lists, stream_lists, peer_lists = ({host: future.result() for host, future in futures.items()} for futures in pending)
+    # Compact: json's C encoder writes it (a plan of 100,000 shards x 2 copies in 0.6 s instead of 9 s indented).
+    plan_file = {plan_path: json.dumps(plan, sort_keys=True, separators=(",", ":")).encode("utf-8")} if changed and not check_mode else {}
+    # One batch, keyed by kind and host: a host has a held list, a streamed list and a peer configuration.
+    every = {("held", host): contents for host, contents in held.items()}
+    every.update({("streamed", host): contents for host, contents in streamed.items()})
+    every.update({("peers", host): contents for host, contents in peers.items()})
+    paths = write_lists(plan_dir, every, also=plan_file)
+    lists, stream_lists, peer_lists = ({host: paths[(kind, host)] for host in source} for kind, source in
+                                       (("held", held), ("streamed", streamed), ("peers", peers)))
     return {
         "changed": changed,
         "mode": plan["mode"],
