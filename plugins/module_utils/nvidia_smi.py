@@ -30,6 +30,8 @@ _MIB_VALUE = re.compile(r"^\s*(\d+)\s*MiB\s*$")
 _KERNEL_MODULE_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 _NVML_LIBRARY_VERSION = re.compile(r"NVML library version:\s*(\d+(?:\.\d+)+)")
 _INTEGER = re.compile(r"^\s*(\d+)\s*x?\s*$")  # '5', '16x'
+# '67 C', '692.53 W', '1425 MHz', '100 %': a number and the unit nvidia-smi prints after it.
+_QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(C|W|MHz|%)\s*$")
 # 'NVRM: Xid (PCI:0000:07:00): 79, pid=1234, name=python, GPU has fallen off the bus.'; older drivers leave out
 # pid and name, some print the address without 'PCI:' or with a function number.
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+(?:\.[0-9A-Fa-f]+)?)\): (\d+),?\s*(.*)$")
@@ -71,6 +73,12 @@ def parse_int(text):
     """'5' -> 5, '16x' -> 16; None for N/A or anything that is not a count."""
     match = _INTEGER.match(text) if text is not None else None
     return int(match.group(1)) if match else None
+
+
+def parse_quantity(text, unit):
+    """'692.53 W' with unit 'W' -> 692.53, '67 C' with 'C' -> 67.0; None for N/A or another unit."""
+    match = _QUANTITY.match(text) if text is not None else None
+    return float(match.group(1)) if match and match.group(2) == unit else None
 
 
 def parse_yes_no(text):
@@ -163,14 +171,57 @@ def _parse_remapped_rows(gpu):
     }
 
 
-def _active_clock_reasons(gpu):
-    """Short names of the clock event reasons reported 'Active' (['gpu_idle']); None where none are reported."""
+def _clock_reasons(gpu):
+    """Every clock event reason the report lists, short name -> whether it is active ({'gpu_idle': True, ...});
+    None where the report has none."""
     for block_name, prefix in _CLOCK_REASON_BLOCKS:
         block = gpu.find(block_name)
         if block is not None:
-            return [child.tag[len(prefix):] for child in block
-                    if child.tag.startswith(prefix) and (child.text or "").strip() == "Active"]
+            return {child.tag[len(prefix):]: (child.text or "").strip() == "Active"
+                    for child in block if child.tag.startswith(prefix)}
     return None
+
+
+def _active_clock_reasons(gpu):
+    """Short names of the clock event reasons reported 'Active' (['gpu_idle']); None where none are reported."""
+    reasons = _clock_reasons(gpu)
+    return None if reasons is None else [name for name, active in reasons.items() if active]
+
+
+def _first_quantity(gpu, paths, unit):
+    """The first of `paths` that holds a value in `unit`: elements were renamed across driver schemas."""
+    for path in paths:
+        value = parse_quantity(text_value(gpu, path), unit)
+        if value is not None:
+            return value
+    return None
+
+
+# Power: 580-series drivers print average_power_draw and instant_power_draw, 535 power_draw under gpu_power_readings,
+# 470 (schema v11) power_draw and power_limit under power_readings; the limit in force is current_power_limit (535 on)
+# or enforced_power_limit (before), power_limit being the one requested.
+_POWER_DRAW = tuple(block + "/" + name for block in ("gpu_power_readings", "power_readings")
+                    for name in ("power_draw", "average_power_draw", "instant_power_draw"))
+_POWER_LIMIT = tuple(block + "/" + name for block in ("gpu_power_readings", "power_readings")
+                     for name in ("current_power_limit", "enforced_power_limit", "power_limit"))
+
+
+def _parse_telemetry(gpu):
+    """What changes from second to second: temperatures, power, clocks, utilisation, memory in use."""
+    return {
+        "temperature": {"gpu_celsius": parse_quantity(text_value(gpu, "temperature/gpu_temp"), "C"),
+                        "memory_celsius": parse_quantity(text_value(gpu, "temperature/memory_temp"), "C")},
+        "power": {"draw_watts": _first_quantity(gpu, _POWER_DRAW, "W"),
+                  "limit_watts": _first_quantity(gpu, _POWER_LIMIT, "W")},
+        "clocks": {"sm_mhz": parse_quantity(text_value(gpu, "clocks/sm_clock"), "MHz"),
+                   "memory_mhz": parse_quantity(text_value(gpu, "clocks/mem_clock"), "MHz"),
+                   "sm_max_mhz": parse_quantity(text_value(gpu, "max_clocks/sm_clock"), "MHz"),
+                   "memory_max_mhz": parse_quantity(text_value(gpu, "max_clocks/mem_clock"), "MHz")},
+        "utilization": {"gpu_percent": parse_quantity(text_value(gpu, "utilization/gpu_util"), "%"),
+                        "memory_percent": parse_quantity(text_value(gpu, "utilization/memory_util"), "%")},
+        "memory_used_mib": parse_mib(text_value(gpu, "fb_memory_usage/used")),
+        "clock_event_reasons": _clock_reasons(gpu),
+    }
 
 
 def _parse_processes(gpu):
@@ -185,7 +236,7 @@ def _parse_processes(gpu):
 
 def _parse_gpu(index, gpu):
     mig_devices = gpu.find("mig_devices")
-    return {
+    parsed = {
         "index": index,
         "name": text_value(gpu, "product_name"),
         "uuid": text_value(gpu, "uuid"),
@@ -205,6 +256,8 @@ def _parse_gpu(index, gpu):
         "clock_event_reasons_active": _active_clock_reasons(gpu),
         "processes": _parse_processes(gpu),
     }
+    parsed.update(_parse_telemetry(gpu))
+    return parsed
 
 
 def parse_nvidia_smi_xml(xml_text):

@@ -306,6 +306,33 @@ gpus:
       type: list
       elements: str
       sample: [gpu_idle]
+    clock_event_reasons:
+      description: Every clock event reason the report lists, by short name, with whether it is active; null where none.
+      type: dict
+      sample: {gpu_idle: true, sw_power_cap: false, hw_thermal_slowdown: false}
+    temperature:
+      description: GPU core and memory temperature in degrees Celsius (C(gpu_celsius), C(memory_celsius)); null where not reported.
+      type: dict
+      sample: {gpu_celsius: 67.0, memory_celsius: 52.0}
+    power:
+      description:
+        - Power draw and the limit in force, in watts (C(draw_watts), C(limit_watts)); null where not reported.
+        - The draw is C(power_draw), or C(average_power_draw) on 580-series drivers; the limit C(current_power_limit),
+          or C(enforced_power_limit) on older drivers.
+      type: dict
+      sample: {draw_watts: 692.53, limit_watts: 700.0}
+    clocks:
+      description: Current and maximum SM and memory clocks in MHz (C(sm_mhz), C(memory_mhz), C(sm_max_mhz), C(memory_max_mhz)).
+      type: dict
+      sample: {sm_mhz: 1425.0, memory_mhz: 3201.0, sm_max_mhz: 1980.0, memory_max_mhz: 3201.0}
+    utilization:
+      description: Percent of the last sample period the GPU computed (C(gpu_percent)) and its memory was read or written (C(memory_percent)).
+      type: dict
+      sample: {gpu_percent: 100.0, memory_percent: 23.0}
+    memory_used_mib:
+      description: Frame buffer in use, in MiB.
+      type: int
+      sample: 1011
     processes:
       description:
         - The processes using this GPU as nvidia-smi lists them (C(<processes>)); empty when none runs. The upgrade

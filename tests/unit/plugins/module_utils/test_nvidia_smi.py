@@ -11,6 +11,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi imp
     parse_nvidia_smi_xml,
     parse_int,
     parse_nvml_library_version,
+    parse_quantity,
     parse_xid_events,
     parse_yes_no,
     scan_pci_devices,
@@ -417,3 +418,55 @@ def test_parse_nvidia_smi_xml_lists_the_processes_on_each_gpu():
     busy = parse_nvidia_smi_xml((FIXTURES / "h100_80gb_hbm3_single_busy.xml").read_text())
     assert idle["gpus"][0]["processes"] == []
     assert busy["gpus"][0]["processes"] == [{"pid": 23817, "name": "python3", "type": "C", "used_memory_mib": 40536}]
+
+
+IDLE_H100_TELEMETRY = {
+    "temperature": {"gpu_celsius": 35.0, "memory_celsius": 37.0},
+    "power": {"draw_watts": 71.61, "limit_watts": 700.0},
+    "clocks": {"sm_mhz": 345.0, "memory_mhz": 2619.0, "sm_max_mhz": 1980.0, "memory_max_mhz": 2619.0},
+    "utilization": {"gpu_percent": 0.0, "memory_percent": 0.0},
+    "memory_used_mib": 0,
+}
+UNREPORTED_TELEMETRY = {
+    "temperature": {"gpu_celsius": None, "memory_celsius": None},
+    "clocks": {"sm_mhz": None, "memory_mhz": None, "sm_max_mhz": None, "memory_max_mhz": None},
+    "utilization": {"gpu_percent": None, "memory_percent": None},
+}
+
+
+@pytest.mark.parametrize("fixture, telemetry", [
+    ("h100_80gb_hbm3_single_580_capture.xml", IDLE_H100_TELEMETRY),
+    # 580: average_power_draw (692.53) rather than instant_power_draw (651.70); current_power_limit.
+    ("h200_580_busy_capture.xml", {
+        "temperature": {"gpu_celsius": 67.0, "memory_celsius": 52.0},
+        "power": {"draw_watts": 692.53, "limit_watts": 700.0},
+        "clocks": {"sm_mhz": 1425.0, "memory_mhz": 3201.0, "sm_max_mhz": 1980.0, "memory_max_mhz": 3201.0},
+        "utilization": {"gpu_percent": 100.0, "memory_percent": 23.0},
+        "memory_used_mib": 1011}),
+    # 470 (schema v11): power_draw and enforced_power_limit under power_readings.
+    ("dgx1_8x_tesla_v100_sxm2_32gb.xml", dict(UNREPORTED_TELEMETRY, power={"draw_watts": 42.17, "limit_watts": 300.0},
+                                              memory_used_mib=0)),
+    # 535 with the draw trimmed: the limit alone.
+    ("dgx_a100_8x_a100_sxm4_80gb.xml", dict(UNREPORTED_TELEMETRY, power={"draw_watts": None, "limit_watts": 400.0},
+                                            memory_used_mib=5)),
+])
+def test_parse_nvidia_smi_xml_reads_telemetry(fixture, telemetry):
+    gpu = parse_nvidia_smi_xml(fixture_text(fixture))["gpus"][0]
+    assert {key: gpu[key] for key in telemetry} == telemetry
+
+
+def test_parse_nvidia_smi_xml_lists_every_clock_reason_with_its_state():
+    gpu = parse_nvidia_smi_xml(fixture_text("h200_580_busy_capture.xml"))["gpus"][0]
+    assert gpu["clock_event_reasons"] == {
+        "gpu_idle": False, "applications_clocks_setting": False, "sw_power_cap": True, "hw_slowdown": False,
+        "hw_thermal_slowdown": False, "hw_power_brake_slowdown": False, "sync_boost": False,
+        "sw_thermal_slowdown": False, "display_clocks_setting": False}
+    assert gpu["clock_event_reasons_active"] == ["sw_power_cap"]
+
+
+@pytest.mark.parametrize("text, unit, expected", [
+    ("67 C", "C", 67.0), ("-8 C", "C", -8.0), ("692.53 W", "W", 692.53), ("1425 MHz", "MHz", 1425.0),
+    ("100 %", "%", 100.0), ("N/A", "W", None), (None, "W", None), ("692.53 W", "C", None), ("Unknown Error", "C", None),
+])
+def test_parse_quantity(text, unit, expected):
+    assert parse_quantity(text, unit) == expected
