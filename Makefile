@@ -6,8 +6,8 @@ PYTHON ?= python3
 test:  ## every check, in order, with each stage's time (what CI runs)
 	@$(PYTHON) tests/harness/run_stages.py
 
-# AIRGAP=1: the lab's nodes on an internal network with no route out, the store their only way out (README:
-# "Installing without internet access").
+# AIRGAP=1: the lab's nodes on an internal network with no route out, the store their only way out
+# (docs/airgapped-install.md).
 AIRGAP ?= 0
 
 demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed (AIRGAP=1: air-gapped)
