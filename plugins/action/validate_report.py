@@ -12,6 +12,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_checks import evaluate
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_phases import mark_unread
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_report import summarize, write_report
 
 
@@ -46,6 +47,7 @@ class ActionModule(ActionBase):
         plans = read_plans(os.path.expanduser(args.get("plan_dir") or "."), names)
         generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         report = evaluate(nodes, plans, _plain(args.get("gpu_models") or {}), args.get("inventory") or "", generated)
+        report = mark_unread(report, nodes)  # the phases --tags left out: their checks skipped, saying so
         dest = os.path.abspath(os.path.expanduser(args["dest"]))
         try:
             paths = write_report(report, dest)

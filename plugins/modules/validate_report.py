@@ -33,7 +33,10 @@ options:
     type: path
     required: true
   nodes:
-    description: Per host, what the role read (its C(__validate_raw)); null for a host that failed before it was read.
+    description:
+      - Per host, what the role read (its C(__validate_raw)); null for a host that failed before it was read.
+      - Its C(read) maps each phase tag (C(validate_gpu), C(validate_runtime), ...) to whether this run read it; the
+        checks of a phase not read are skipped, with that reason. Without C(read), every phase counts as read.
     type: dict
     required: true
   gpu_models:
