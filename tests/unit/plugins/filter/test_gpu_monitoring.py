@@ -1,0 +1,27 @@
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_monitoring import FilterModule, gpu_monitoring_problems
+
+SETTINGS = {"supported": True, "platform": "Debian 13", "interval": 15, "nvidia_smi_command": "nvidia-smi -q -x",
+            "nvidia_smi_timeout": 10, "textfile_directory": "/var/lib/prometheus/node-exporter",
+            "node_exporter_port": 9100, "node_exporter_process_names": ["prometheus-node"]}
+
+
+def test_registered():
+    assert FilterModule().filters() == {"gpu_monitoring_problems": gpu_monitoring_problems}
+
+
+@pytest.mark.parametrize("ss_lines, ss_error, count", [
+    (None, None, 0),
+    ([], "", 0),  # the role passes '' when ss succeeded
+    (['LISTEN 0 4096 *:9100 *:* users:(("node",pid=7,fd=3)) uid:104 ino:1 sk:1 <->'], "", 1),
+    ([], "ss: not found", 1),
+])
+def test_passes_the_host_sockets_and_error(ss_lines, ss_error, count):
+    assert len(gpu_monitoring_problems(SETTINGS, "n1", ss_lines, ss_error)) == count
+
+
+def test_settings_must_be_a_mapping():
+    with pytest.raises(AnsibleFilterError, match="as a mapping"):
+        gpu_monitoring_problems(["interval"], "n1")
