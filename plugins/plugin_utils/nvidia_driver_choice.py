@@ -91,3 +91,117 @@ def cluster_branches(choices):
     raise DriverChoiceError("no driver branch drives the whole cluster: %s end(s) with branch %d, %s start(s) at %d; set "
                             "nvidia_driver_cluster_consistency: none to let each node have its own branch, or split the "
                             "cluster" % (", ".join(old), high, ", ".join(new), low))
+
+
+def _clamp(branch, low, high):
+    if low is not None and branch < low:
+        return low
+    if high is not None and branch > high:
+        return high
+    return branch
+
+
+def driver_plans(nodes, consistency="branch"):
+    """Each node's driver: {host: {"flavor", "branch", "min_branch", "max_branch", "architectures", "gpus", "problems"}}.
+
+    ``nodes``: {host: {"cluster" (its cluster group, "" for none), "pci_gpus", "flavor" and "branch" (asked; "" for
+    none), "platform" ("Debian 13"), "platform_branch" (the platform's default), "fixed_branch" (true where the source
+    carries the platform's branch only, as Debian's archive does)}}. A node whose GPUs allow the platform's branch gets
+    it; one whose GPUs do not gets the nearest branch they allow. With ``consistency`` "branch", the nodes of a cluster
+    that have GPUs get one branch: the one they pin, else the highest of their platforms' branches that every node
+    allows. Every problem is a line naming the host and the fix; a node with problems must not be changed.
+    """
+    plans = {}
+    for host, node in nodes.items():
+        try:
+            plans[host] = node_choice(host, node["pci_gpus"], node["flavor"] or "auto", node["branch"] or None)
+            plans[host]["problems"] = []
+        except DriverChoiceError as error:
+            plans[host] = {"flavor": None, "min_branch": None, "max_branch": None, "architectures": [], "gpus": [],
+                           "problems": [str(error)]}
+    targets = {}
+    if consistency == "branch":
+        clusters = {}
+        for host, plan in plans.items():
+            if plan["gpus"] and not plan["problems"]:
+                clusters.setdefault(nodes[host]["cluster"], []).append(host)
+        for cluster, hosts in sorted(clusters.items()):
+            targets.update(_cluster_targets(cluster or "the hosts in no cluster group", hosts, nodes, plans))
+    for host, node in nodes.items():
+        plan = plans[host]
+        if plan["problems"]:
+            plan["branch"] = node["branch"] or node["platform_branch"]
+            continue
+        branch = targets.get(host) or node["branch"]
+        if not branch and not node["platform_branch"]:
+            plan["branch"] = ""  # an unsupported release: the role names it
+            continue
+        branch = branch or str(_clamp(int(node["platform_branch"]), plan["min_branch"] if plan["gpus"] else None,
+                                      plan["max_branch"]))
+        plan["branch"] = branch
+        if branch != (node["branch"] or branch):
+            plan["problems"].append("%s: nvidia_driver_branch is %s but its cluster's nodes get branch %s "
+                                    "(nvidia_driver_cluster_consistency: branch): pin the same branch on every node of the "
+                                    "cluster, or set nvidia_driver_cluster_consistency: none" % (host, node["branch"], branch))
+            continue
+        try:
+            plan["flavor"] = node_choice(host, node["pci_gpus"], node["flavor"] or "auto", branch)["flavor"]
+        except DriverChoiceError as error:
+            plan["problems"].append(str(error))
+            continue
+        if node["fixed_branch"] and node["platform_branch"] and branch != node["platform_branch"]:
+            plan["problems"].append(
+                "%s: its GPUs (%s) need driver branch %s, but %s's own packages carry branch %s only: set "
+                "nvidia_driver_source: cuda (NVIDIA's repository, where it has that branch for %s), or "
+                "nvidia_driver_cluster_consistency: none where another node of the cluster set the branch"
+                % (host, ", ".join(plan["architectures"]) or "none", branch, node["platform"], node["platform_branch"],
+                   node["platform"]))
+    return plans
+
+
+def _cluster_targets(cluster, hosts, nodes, plans):
+    """{host: the branch} for the GPU nodes of one cluster; problems go to every node of it."""
+    pins = {host: nodes[host]["branch"] for host in hosts if nodes[host]["branch"]}
+    if len(set(pins.values())) > 1:
+        shown = "; ".join("%s: %s" % (host, branch) for host, branch in sorted(pins.items()))
+        problem = ("%s pin different driver branches (%s) while nvidia_driver_cluster_consistency is branch: pin one "
+                   "branch for the cluster, or set nvidia_driver_cluster_consistency: none" % (cluster, shown))
+        for host in hosts:
+            plans[host]["problems"].append("%s: %s" % (host, problem))
+        return {}
+    try:
+        low, high = cluster_branches({host: plans[host] for host in hosts})
+    except DriverChoiceError as error:
+        for host in hosts:
+            plans[host]["problems"].append("%s: in %s, %s" % (host, cluster, error))
+        return {}
+    if pins:
+        branch = next(iter(pins.values()))
+    else:
+        platforms = [int(nodes[host]["platform_branch"]) for host in hosts if nodes[host]["platform_branch"]]
+        if not platforms:
+            return {}
+        branch = str(max(_clamp(platform, low, high) for platform in platforms))
+    return dict.fromkeys(hosts, branch)
+
+
+# The oldest driver branch that runs each CUDA major release's builds (CUDA's minor version compatibility: every
+# 12.x build runs on 525 and later, every 13.x build on 580 and later). NVIDIA's CUDA Compatibility guide, table 1.
+CUDA_MIN_BRANCH = {11: 450, 12: 525, 13: 580}
+
+
+def cuda_driver_problem(host, what, cuda_version, branch):
+    """'' where driver ``branch`` runs builds for ``cuda_version`` ('12.4'), else a line naming the host, what was built
+    for that CUDA (``what``: 'nccl_cuda_version 13.0'), the branches that would run it and the fix. '' where either is
+    unknown: a CUDA major past the table is not refused."""
+    try:
+        major, branch = int(str(cuda_version).split(".", 1)[0]), int(str(branch).split(".", 1)[0])
+    except ValueError:
+        return ""
+    needed = CUDA_MIN_BRANCH.get(major)
+    if needed is None or branch >= needed:
+        return ""
+    runs = " and ".join("CUDA %d.x" % cuda for cuda, low in sorted(CUDA_MIN_BRANCH.items()) if low <= branch)
+    return ("%s: %s needs driver branch %d or later (CUDA %d.x), but its driver is branch %d, which runs %s builds: use "
+            "a build for one of those, or raise nvidia_driver_branch to %d or later where the node's GPUs allow it"
+            % (host, what, needed, major, branch, runs or "no CUDA", needed))

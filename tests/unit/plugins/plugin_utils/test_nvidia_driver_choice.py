@@ -6,7 +6,7 @@ import re
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
-    DriverChoiceError, cluster_branches, node_choice)
+    DriverChoiceError, cluster_branches, cuda_driver_problem, driver_plans, node_choice)
 
 K80, V100, T4, A100, H100, H200, L40S, B200 = "0x102d", "0x1db5", "0x1eb8", "0x20b2", "0x2330", "0x2335", "0x26b9", "0x2901"
 
@@ -86,3 +86,90 @@ def test_a_cluster_with_no_common_branch_names_both_groups():
     assert str(raised.value) == (
         "no driver branch drives the whole cluster: k80-1, k80-2 end(s) with branch 470, b200-1 start(s) at 570; set "
         "nvidia_driver_cluster_consistency: none to let each node have its own branch, or split the cluster")
+
+
+def node(*ids, cluster="cluster_a", flavor="", branch="", platform="Debian 13", platform_branch="550", fixed=True):
+    return {"cluster": cluster, "pci_gpus": gpus(*ids), "flavor": flavor, "branch": branch, "platform": platform,
+            "platform_branch": platform_branch, "fixed_branch": fixed}
+
+
+def test_a_node_gets_the_platforms_branch_where_its_gpus_allow_it_and_the_flavour_for_that_branch():
+    plans = driver_plans({"h200-1": node(H200), "v100-1": node(V100), "cpu-1": node()})
+    assert {host: (plan["branch"], plan["flavor"], plan["problems"]) for host, plan in plans.items()} == {
+        "h200-1": ("550", "proprietary", []), "v100-1": ("550", "proprietary", []), "cpu-1": ("550", "proprietary", [])}
+    assert plans["h200-1"]["architectures"] == ["Hopper"] and plans["h200-1"]["min_branch"] == 550
+
+
+def test_a_branch_from_the_cuda_repository_past_560_gets_the_open_modules_on_turing_and_later():
+    plans = driver_plans({"h200-1": node(H200, branch="580", fixed=False), "v100-1": node(V100, branch="580", fixed=False)})
+    assert (plans["h200-1"]["flavor"], plans["v100-1"]["flavor"]) == ("open", "proprietary")
+
+
+def test_one_branch_per_cluster_the_highest_platform_branch_every_node_allows():
+    nodes = {"b200-1": node(B200, platform_branch="580", fixed=False), "v100-1": node(V100, platform_branch="550", fixed=False),
+             "h100-9": node(H100, cluster="cluster_b", platform_branch="550", fixed=False)}
+    plans = driver_plans(nodes)
+    assert {host: (plan["branch"], plan["flavor"]) for host, plan in plans.items()} == {
+        "b200-1": ("580", "open"), "v100-1": ("580", "proprietary"), "h100-9": ("550", "proprietary")}
+    each_own = driver_plans(nodes, consistency="none")
+    assert (each_own["b200-1"]["branch"], each_own["v100-1"]["branch"]) == ("580", "550")
+
+
+def test_a_cluster_without_a_common_branch_stops_every_node_of_it_naming_both_groups():
+    plans = driver_plans({"k80-1": node(K80, fixed=False), "b200-1": node(B200, fixed=False), "h100-9": node(H100, cluster="")})
+    assert plans["k80-1"]["problems"] == [
+        "k80-1: in cluster_a, no driver branch drives the whole cluster: k80-1 end(s) with branch 470, b200-1 start(s) at "
+        "570; set nvidia_driver_cluster_consistency: none to let each node have its own branch, or split the cluster"]
+    assert plans["b200-1"]["problems"][0].startswith("b200-1: in cluster_a, no driver branch")
+    assert plans["h100-9"]["problems"] == []
+
+
+def test_different_pins_in_one_cluster_are_refused():
+    plans = driver_plans({"a": node(A100, branch="550", fixed=False), "b": node(A100, branch="580", fixed=False)})
+    assert plans["a"]["problems"] == [
+        "a: cluster_a pin different driver branches (a: 550; b: 580) while nvidia_driver_cluster_consistency is branch: "
+        "pin one branch for the cluster, or set nvidia_driver_cluster_consistency: none"]
+
+
+def test_a_branch_the_distribution_does_not_carry_names_the_cuda_source():
+    plans = driver_plans({"b200-1": node(B200), "k80-1": node(K80, cluster="cluster_k")})
+    assert plans["b200-1"]["problems"] == [
+        "b200-1: its GPUs (Blackwell) need driver branch 570, but Debian 13's own packages carry branch 550 only: set "
+        "nvidia_driver_source: cuda (NVIDIA's repository, where it has that branch for Debian 13), or "
+        "nvidia_driver_cluster_consistency: none where another node of the cluster set the branch"]
+    assert plans["k80-1"]["branch"] == "470" and "need driver branch 470" in plans["k80-1"]["problems"][0]
+
+
+def test_a_node_refused_on_its_own_is_left_out_of_its_clusters_branch():
+    plans = driver_plans({"b200-1": node(B200, flavor="proprietary", fixed=False), "v100-1": node(V100, fixed=False)})
+    assert plans["b200-1"]["problems"][0].startswith("b200-1: nvidia_driver_flavor is proprietary but NVIDIA B200")
+    assert plans["v100-1"] == dict(plans["v100-1"], branch="550", problems=[])
+
+
+def test_an_unsupported_release_has_no_branch_and_leaves_the_message_to_the_role():
+    plans = driver_plans({"old-1": node(A100, platform="Debian 11", platform_branch=""), "new-1": node(A100),
+                          "old-2": node(A100, cluster="cluster_old", platform="Debian 11", platform_branch="")})
+    assert (plans["old-1"]["branch"], plans["old-1"]["problems"]) == ("550", [])  # its cluster's
+    assert (plans["old-2"]["branch"], plans["old-2"]["problems"]) == ("", [])
+
+
+@pytest.mark.parametrize("cuda, branch", [("12.4", "535"), ("12.8", 525), ("13.0", "580"), ("11.8", "470"),
+                                          ("13.0", "590"), ("14.0", "580"), ("", "535"), ("12.4", "")])
+def test_cuda_builds_the_branch_runs_or_cannot_judge_pass(cuda, branch):
+    assert cuda_driver_problem("gpu1", "nccl_cuda_version %s" % cuda, cuda, branch) == ""
+
+
+def test_a_cuda_13_build_on_branch_550_names_host_branches_and_fix():
+    assert cuda_driver_problem("gpu1", "nccl_cuda_version 13.0", "13.0", "550") == (
+        "gpu1: nccl_cuda_version 13.0 needs driver branch 580 or later (CUDA 13.x), but its driver is branch 550, which "
+        "runs CUDA 11.x and CUDA 12.x builds: use a build for one of those, or raise nvidia_driver_branch to 580 or later "
+        "where the node's GPUs allow it")
+
+
+def test_a_cuda_12_build_on_kepler_s_470():
+    problem = cuda_driver_problem("k80", "nccl_cuda_version 12.4", "12.4", 470)
+    assert "needs driver branch 525 or later (CUDA 12.x)" in problem and "which runs CUDA 11.x builds: use" in problem
+
+
+def test_no_cuda_release_runs_on_a_branch_older_than_every_minimum():
+    assert "which runs no CUDA builds" in cuda_driver_problem("old", "nccl_cuda_version 11.8", "11.8", "418")

@@ -1,0 +1,35 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The nvidia_driver role's plan of each node's driver: a thin wrapper over plugin_utils/nvidia_driver_choice."""
+
+import re
+
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import cuda_driver_problem, driver_plans
+
+
+def nvidia_driver_plans(hostvars, hosts, groups, settings):
+    """{host: plan} for the ``hosts`` whose ``__nvidia_driver_node`` fact the role set (see driver_plans)."""
+    pattern = re.compile(settings.get("cluster_group_pattern") or r"(?!)")
+    cluster_of = {}
+    for group in sorted(groups):
+        if pattern.search(group):
+            for host in groups[group]:
+                cluster_of.setdefault(host, group)
+    nodes = {}
+    for host in hosts:
+        node = hostvars[host].get("__nvidia_driver_node")
+        if node:
+            nodes[host] = dict(node, cluster=cluster_of.get(host, ""), fixed_branch=boolean(node.get("fixed_branch", False)),
+                               branch=str(node.get("branch") or ""), platform_branch=str(node.get("platform_branch") or ""))
+    return driver_plans(nodes, settings.get("consistency", "branch"))
+
+
+def nvidia_driver_cuda_problem(cuda_version, branch, host, what):
+    """'' where driver ``branch`` runs builds for ``cuda_version``, else the problem (see cuda_driver_problem)."""
+    return cuda_driver_problem(host, what, cuda_version or "", branch or "")
+
+
+class FilterModule:
+    def filters(self):
+        return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem}
