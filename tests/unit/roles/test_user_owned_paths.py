@@ -21,8 +21,9 @@ ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 # What the role reads or writes: knobs (defaults), derived values (vars), tasks, handlers, templates, the argument specs.
 SCANNED = sorted(path for part in ("defaults", "vars", "tasks", "handlers", "templates", "meta")
                  for path in ROLES.glob("*/%s/**/*" % part) if path.is_file())
-# role_path is fine for the role's own files (its platform vars): those are meant to be inside the collection.
-ROLE_OWN_FILES = re.compile(r"\{\{\s*role_path\s*\}\}/(vars|files|templates)\b")
+# role_path is fine for the role's own files (its platform vars) and the collection's plugins (the collector's
+# module_utils that gpu_monitoring copies to the node): those are meant to be inside the collection.
+ROLE_OWN_FILES = re.compile(r"\{\{\s*role_path\s*\}\}/((vars|files|templates)\b|\.\./\.\./plugins/)")
 
 
 def test_the_scan_sees_every_role():
