@@ -13,7 +13,11 @@
      the two runs exactly gpu.pcie_link and gpu.xid on sim-gpu1 change, from pass to fail.
   4. healthy again, with every fault removed: the same statuses as run 1 (no false positives over repeated runs), and
      the nodes validate cordoned are uncordoned.
+  5. each tag the role documents, alone (--tags validate_gpu, ..., validate_report): the run passes, its report holds
+     every check of run 4, those of its phase with run 4's statuses and the others skipped as not read. The runs go
+     side by side: validate is read-only and no two phases read the same thing.
 """
+import importlib.util
 import json
 import os
 import shutil
@@ -33,20 +37,36 @@ KUBECTL = ["/snap/bin/microk8s", "kubectl"]
 CORDON_LABEL = "dlinfra.io/validate-failed"
 
 
+# What says which phase a check belongs to (a stdlib-only module of the collection, loaded from its file).
+_SPEC = importlib.util.spec_from_file_location("validate_phases",
+                                               ROOT / "plugins" / "plugin_utils" / "validate_phases.py")
+phases = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(phases)
+
 STAGE = Stage("validate-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
 
 
-def validate(name, *extra):
-    """Run validate.yml; (exit status, report.json as a dict, report directory)."""
+def start(name, *extra):
+    """Start validate.yml in the background; what finish() takes."""
     report_dir = WORK / name
     command = ["ansible-playbook", "playbooks/validate.yml", "-i", str(WORK / "inventory"),
                "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
                "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
                "-e", "validate_report_dir=%s" % report_dir] + list(extra)
-    started = time.monotonic()
     with open(WORK / (name + ".log"), "w") as log:
-        code = subprocess.call(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        return name, subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), time.monotonic()
+
+
+def validate(name, *extra):
+    """Run validate.yml; (exit status, report.json as a dict, report directory)."""
+    return finish(start(name, *extra))
+
+
+def finish(run):
+    name, process, started = run
+    report_dir = WORK / name
+    code = process.wait()
     print("validate-lab: run %s: exit %d in %.0f s (log %s)"
           % (name, code, time.monotonic() - started, WORK / (name + ".log")), flush=True)
     if not (report_dir / "report.json").exists():
@@ -204,7 +224,37 @@ def main():
     if node_state("sim-head") != (True, None):
         fail("healthy-2: validate uncordoned sim-head, which someone else cordoned")
     sh("sim-head", " ".join(KUBECTL + ["uncordon", "sim-head"]))
+
+    step("5. each documented tag alone")
+    tag_runs(statuses(again))
     print("validate-lab: passed; the reports are under %s" % WORK)
+
+
+def tag_runs(full):
+    """validate.yml --tags TAG for each tag of the role's tasks/main.yml, side by side; full: run 4's statuses."""
+    tags = list(phases.PHASES) + ["validate_report"]
+    started = time.monotonic()
+    for run in [start("tag-" + tag, "--tags", tag) for tag in tags]:
+        tag = run[0][len("tag-"):]
+        code, report, report_dir = finish(run)
+        check_files(report, report_dir)
+        if code != 0:
+            fail("--tags %s: exit %d (log %s)" % (tag, code, WORK / ("tag-%s.log" % tag)))
+        if set(statuses(report)) != set(full):
+            fail("--tags %s: the report's checks differ from a full run's: %s"
+                 % (tag, sorted(set(statuses(report)) ^ set(full))))
+        wrong = []
+        for item in report["checks"]:
+            key, phase = (item["node"], item["check"]), phases.phase_of(item["check"])
+            if phase in (tag, None):
+                if item["status"] != full[key]:
+                    wrong.append("%s %s: %s, a full run %s" % (key + (item["status"], full[key])))
+            elif item["status"] != "skip" or item["message"] != phases.not_read_reason(phase):
+                wrong.append("%s %s: %s (%s), expected skipped as not read" % (key + (item["status"], item["message"])))
+        if wrong:
+            fail("--tags %s: %s" % (tag, "; ".join(wrong)))
+    print("validate-lab: each of %s alone passed with its phase's checks only, %d runs side by side in %.0f s"
+          % (", ".join(tags), len(tags), time.monotonic() - started))
 
 
 if __name__ == "__main__":
