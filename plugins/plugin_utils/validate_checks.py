@@ -15,6 +15,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl_tests import nccl_busbw
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_gpu
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_driver import driver_flavor_check, node_driver
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
 
 _VERSION_IN_NAME = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
@@ -71,7 +72,9 @@ def driver_checks(host, raw, cluster_versions):
     else:
         version = check("gpu.driver_version", "fail", "driver %s installed, %s expected: run site.yml, or correct "
                         "validate_expected_driver_version for %s's group" % (measured, expected, host), expected, measured)
-    return [version, consistency("gpu.driver_consistency", "driver", host, measured, cluster_versions)]
+    gpu = raw.get("gpu") if _ran(raw.get("gpu")) else {}
+    return [version, consistency("gpu.driver_consistency", "driver", host, measured, cluster_versions),
+            driver_flavor_check(host, gpu, raw.get("driver_plan"))]
 
 
 def consistency(name, what, host, measured, versions):
@@ -455,15 +458,16 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     for host in sorted(nodes):
         raw = nodes[host]
         if not raw:
-            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": []})
+            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None})
             report["checks"].append(dict(check("node.reachable", "fail", "%s failed or was unreachable before validate read "
                                                "it; see the run's output above the report" % host), node=host))
             continue
-        report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"]})
+        gpu = raw.get("gpu") if raw["gpu_node"] and _ran(raw.get("gpu")) else {}
+        report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"],
+                                "driver": node_driver(gpu)})
         checks = [check("node.reachable", "pass", "read")]
         cluster_hosts = by_cluster[raw["cluster"]]
         head = next((h for h in cluster_hosts if nodes[h]["first_head"]), None)
-        gpu = raw.get("gpu") if raw["gpu_node"] and _ran(raw.get("gpu")) else {}
         gpu_count = gpu.get("gpu_count", 0)
         if raw["gpu_node"]:
             model = (gpu.get("gpus") or [{}])[0].get("name")

@@ -145,12 +145,20 @@ def _e(value):
     return html.escape(_text(value), quote=True)
 
 
+def _driver_cell(driver):
+    """'Hopper / 580 open', 'Volta / no module loaded', '-' for a node without GPUs."""
+    if not driver:
+        return "-"
+    loaded = "%s %s" % (driver["branch"], driver["flavor"] or "") if driver.get("branch") else "no module loaded"
+    return "%s / %s" % (", ".join(driver["architectures"]), loaded.strip())
+
+
 def _summary_table(report, summary):
     columns = _columns(report)
     meta = {node["name"]: node for node in report.get("nodes") or []}
     by_cell = {(item["node"], item["check"]): item for item in report.get("checks") or []}
     out = ['<table id="summary">', "<thead>", '<tr><th rowspan="2">node</th><th rowspan="2">cluster / rack</th>'
-           '<th rowspan="2">result</th>']
+           '<th rowspan="2">GPUs / driver</th><th rowspan="2">result</th>']
     out += ['<th class="category" colspan="%d">%s</th>' % (len(ids), _e(category)) for category, ids in columns]
     out.append("</tr><tr>")
     out += ['<th class="check" title="%s">%s</th>' % (_e(check), _e(check.split(".", 1)[-1])) for dummy, ids in columns for check in ids]
@@ -159,8 +167,8 @@ def _summary_table(report, summary):
     for name, status in summary["nodes"].items():
         node = meta.get(name) or {}
         place = " / ".join(_e(node.get(key) or "-") for key in ("cluster", "rack"))
-        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td class="%s">%s</td>' % (
-            _e(name), _e(name), place, status, status.upper()))
+        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td>%s</td><td class="%s">%s</td>' % (
+            _e(name), _e(name), place, _e(_driver_cell(node.get("driver"))), status, status.upper()))
         for dummy, ids in columns:
             for check in ids:
                 item = by_cell.get((name, check))

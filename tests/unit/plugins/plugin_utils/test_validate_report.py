@@ -128,6 +128,9 @@ def test_the_page_has_the_summary_table_and_four_inline_svg_plots(written, repor
     page = pathlib.Path(written["report.html"]).read_text()
     table = re.search(r'<table id="summary">(.*?)</table>', page, re.S).group(1)
     assert re.findall(r'<tr data-node="([^"]+)">', table) == ["sim-gpu1", "sim-gpu2", "sim-gpu3"]
+    # cluster / rack, then GPUs / driver: the architectures and the loaded module (none in the report for sim-gpu3)
+    assert re.findall(r'<tr data-node="[^"]+"><th>[^<]+</th><td>[^<]+</td><td>([^<]+)</td>', table) == [
+        "Ada / 550 proprietary", "Ada / no module loaded", "-"]
     assert [html.unescape(title) for title in re.findall(r'<td class="cell fail" title="([^"]*)">F</td>', table)] == [
         "gpu.pcie_link: fail\nexpected: Gen4 x16\nmeasured: Gen4 x8\nGPU 3 (00000000:4B:00.0) links at Gen4 x8, below its "
         "Gen4 x16 maximum: reseat the card or check the riser, then run validate again"]
