@@ -1,6 +1,8 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Reads the bus bandwidth out of an nccl-tests run (all_reduce_perf and the other *_perf binaries)."""
+"""Reads the bus bandwidth out of an nccl-tests run (all_reduce_perf and the other *_perf binaries).
+
+Controller side: the nccl role's nccl_busbw filter (plugins/filter/nccl_tests.py) and validate's evaluator use it."""
 
 import re
 
@@ -165,8 +167,3 @@ def nccl_busbw(output):
         "hosts": parsed["hosts"],
         "rows": parsed["rows"],
     }
-
-
-class FilterModule:
-    def filters(self):
-        return {"nccl_busbw": nccl_busbw}

@@ -13,7 +13,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl_tests import nccl_busbw
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nccl_tests import nccl_busbw
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_gpu
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_driver import driver_flavor_check, node_driver
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
