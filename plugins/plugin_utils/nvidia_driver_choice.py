@@ -21,6 +21,14 @@ def _shown(gpu):
     return "%s (%s, %s)" % (gpu["name"], gpu["architecture"], gpu["device_id"])
 
 
+def _listed(gpus):
+    """Each kind of GPU once, with its count where there are several: '8x NVIDIA H200 (Hopper, 10de:2335)'."""
+    kinds = {}
+    for gpu in gpus:
+        kinds.setdefault(gpu["device_id"], [gpu, 0])[1] += 1
+    return ", ".join(("%dx %s" % (count, _shown(gpu))) if count > 1 else _shown(gpu) for gpu, count in kinds.values())
+
+
 def _range(low, high):
     return "%d and later" % low if high is None else ("%d to %d" % (low, high) if low <= high else "none")
 
@@ -46,8 +54,8 @@ def node_choice(host, pci_gpus, flavor="auto", branch=None):
     no_open = [gpu for gpu in known if gpu["open_module"] == "unsupported"]
     if needs_open and no_open:
         raise DriverChoiceError("%s: no driver drives all its GPUs: %s need(s) the open kernel modules and %s cannot run "
-                                "them; put these GPUs in different nodes" % (host, ", ".join(map(_shown, needs_open[:2])),
-                                                                             ", ".join(map(_shown, no_open[:2]))))
+                                "them; put these GPUs in different nodes" % (host, _listed(needs_open),
+                                                                             _listed(no_open)))
     if high is not None and low > high:
         oldest = min(known, key=lambda gpu: gpu["max_branch"] or 10 ** 6)
         newest = max(known, key=lambda gpu: gpu["min_branch"])
@@ -55,14 +63,14 @@ def node_choice(host, pci_gpus, flavor="auto", branch=None):
                                 "these GPUs in different nodes" % (host, _shown(oldest), high, _shown(newest), low))
     if flavor == "proprietary" and needs_open:
         raise DriverChoiceError("%s: nvidia_driver_flavor is proprietary but %s run(s) only with the open kernel modules: "
-                                "set nvidia_driver_flavor to open or auto" % (host, ", ".join(map(_shown, needs_open[:3]))))
+                                "set nvidia_driver_flavor to open or auto" % (host, _listed(needs_open)))
     if flavor == "open" and no_open:
         raise DriverChoiceError("%s: nvidia_driver_flavor is open but %s cannot run the open kernel modules (Turing and later "
-                                "only): set nvidia_driver_flavor to proprietary or auto" % (host, ", ".join(map(_shown, no_open[:3]))))
+                                "only): set nvidia_driver_flavor to proprietary or auto" % (host, _listed(no_open)))
     if branch is not None and known and not (low <= branch and (high is None or branch <= high)):
         limiting = [gpu for gpu in known if branch < gpu["min_branch"] or (gpu["max_branch"] is not None and branch > gpu["max_branch"])]
         raise DriverChoiceError("%s: nvidia_driver_branch %d cannot drive %s; branches that drive all its GPUs: %s"
-                                % (host, branch, ", ".join(map(_shown, limiting[:3])), _range(low, high)))
+                                % (host, branch, _listed(limiting), _range(low, high)))
     chosen = flavor
     if flavor == "auto":
         if needs_open:

@@ -173,3 +173,13 @@ def test_a_cuda_12_build_on_kepler_s_470():
 
 def test_no_cuda_release_runs_on_a_branch_older_than_every_minimum():
     assert "which runs no CUDA builds" in cuda_driver_problem("old", "nccl_cuda_version 11.8", "11.8", "418")
+
+
+def test_a_refusal_names_each_kind_of_gpu_once_with_its_count():
+    with pytest.raises(DriverChoiceError) as raised:
+        node_choice("h200-1", gpus(*(H200,) * 8), branch=470)
+    assert str(raised.value) == ("h200-1: nvidia_driver_branch 470 cannot drive 8x NVIDIA H200 (Hopper, 10de:2335); "
+                                 "branches that drive all its GPUs: 550 and later")
+    with pytest.raises(DriverChoiceError) as raised:
+        node_choice("mixed", gpus(V100, V100, K80), flavor="open")
+    assert "but 2x Tesla V100-SXM2-32GB (Volta, 10de:1db5), Tesla K80 (Kepler, 10de:102d) cannot run" in str(raised.value)
