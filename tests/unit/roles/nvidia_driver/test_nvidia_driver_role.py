@@ -19,6 +19,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import driver_plans
 from role_vars import platform_file, role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"
@@ -35,7 +36,9 @@ PLATFORMS = {
 CUDA_KEY_2022 = "EB693B3035CD5710E231E123A4B469963BF863CC"
 
 
-def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_version="", **overrides):
+def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_version="", pci_gpus=(), **overrides):
+    """The role's variables on one host, gpu01, with the driver plan preflight would make for it alone (its GPUs on
+    PCI: ``pci_gpus``, device ids such as "0x2335")."""
     distribution, major, os_family, kernel = PLATFORMS[platform]
     variables = role_vars(ROLE, distribution, major, os_family)
     variables.update(trust(overrides))
@@ -48,6 +51,13 @@ def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_vers
         "__nvidia_driver_package_version": package_version,
         "inventory_hostname": "gpu01",
     })
+    templar = Templar(loader=DataLoader(), variables=variables)
+    node = {"cluster": "", "flavor": resolve(templar, "nvidia_driver_flavor"),
+            "branch": resolve(templar, "__nvidia_driver_branch_asked"),
+            "platform": "%s %s" % (distribution, major), "platform_branch": resolve(templar, "__nvidia_driver_release.branch"),
+            "fixed_branch": resolve(templar, "__nvidia_driver_set.fixed_branch | default(false)"),
+            "pci_gpus": [{"address": "0000:%02x:00.0" % n, "device_id": d, "class": "0x030200"} for n, d in enumerate(pci_gpus)]}
+    variables["__nvidia_driver_plans"] = driver_plans({"gpu01": node})
     return Templar(loader=DataLoader(), variables=variables)
 
 
@@ -257,4 +267,28 @@ def test_platform_files_are_complete(platform):
     assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     for package_set in data["__nvidia_driver_package_sets"].values():
-        assert set(package_set) == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager", "dkms_module"}
+        assert set(package_set) == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager", "dkms_module",
+                                    "fixed_branch"}
+        # One kernel module package list and DKMS module name per flavour the plan can give.
+        assert set(package_set["kernel"]) == set(package_set["dkms_module"]) == {"open", "proprietary"}
+        assert isinstance(package_set["fixed_branch"], bool)
+
+
+@pytest.mark.parametrize("platform, source, branch, gpus, expected", [
+    ("debian13", "", "", ["0x2335"] * 8,  # H200 with nvidia_driver_flavor open: Debian's own open module
+     ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-open-kernel-dkms", "nvidia-persistenced"]),
+    ("debian13", "cuda", "570", ["0x2901"] * 8,  # B200: open only
+     ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-kernel-open-dkms", "nvidia-persistenced"]),
+    ("ubuntu2404", "", "570", ["0x2901"] * 8,
+     ["nvidia-headless-no-dkms-570-server-open", "nvidia-utils-570-server", "nvidia-dkms-570-server-open"]),
+    ("ubuntu2204", "cuda", "570", ["0x2901"] * 8,
+     ["nvidia-headless-no-dkms-570-open", "nvidia-utils-570", "nvidia-dkms-570-open"]),
+    ("rhel9", "", "570", ["0x2901"] * 8,
+     ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-driver-NVML", "nvidia-persistenced", "kmod-nvidia-open-dkms"]),
+])
+def test_the_open_flavour_takes_the_open_kernel_module_packages(platform, source, branch, gpus, expected):
+    templar = role_templar(platform, pci_gpus=gpus, nvidia_driver_source=source, nvidia_driver_branch=branch,
+                           nvidia_driver_flavor="open" if gpus[0] == "0x2335" else "auto")
+    assert resolve(templar, "__nvidia_driver_plans")["gpu01"]["problems"] == []
+    assert resolve(templar, "__nvidia_driver_flavor") == "open"
+    assert resolve(templar, "__nvidia_driver_packages") == expected
