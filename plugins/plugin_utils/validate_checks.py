@@ -3,8 +3,8 @@
 """The validate role's evaluator: what each node showed (the role's __validate_raw) -> checks and measurements.
 
 Every check of a node is present in the result as pass, fail or skip with a reason, never left out. The GPU
-checks are validate_gpu's; this file holds the runtime, Kubernetes, NCCL, storage and dataset checks and puts the
-report together. Pure Python, run on the controller by the validate_report action.
+checks are validate_gpu's, the driver's validate_driver's, the check record validate_result's; this file holds the
+runtime, Kubernetes, NCCL, storage and dataset checks and puts the report together. Pure Python, run on the controller by the validate_report action.
 """
 
 import base64
@@ -15,85 +15,22 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nccl_tests import nccl_busbw
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_gpu
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_driver import driver_flavor_check, node_driver
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_driver import driver_checks, installed_driver, node_driver
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_result import (
+    check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
 
-_VERSION_IN_NAME = re.compile(r"\.so\.(\d+(?:\.\d+)+)$")
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
-
-
-def check(name, status, message, expected=None, measured=None):
-    return {"check": name, "status": status, "expected": None if expected is None else str(expected),
-            "measured": None if measured is None else str(measured), "message": message}
-
-
-def _ran(result):
-    """A registered command result that ran (not skipped, not absent)."""
-    return isinstance(result, dict) and result and not result.get("skipped")
 
 
 def _output(result):
     return ((result.get("stdout") or "") + "\n" + (result.get("stderr") or result.get("msg") or "")).strip()
 
 
-def versions_in_names(paths):
-    return sorted({m.group(1) for m in (_VERSION_IN_NAME.search(p) for p in paths) if m})
-
-
-def installed_driver(raw):
-    """The user-space driver's version: nvidia-smi's when the driver answers, else libnvidia-ml.so.VERSION's."""
-    gpu = raw.get("gpu") or {}
-    if gpu.get("driver_state") == "ok" and gpu.get("driver_version"):
-        return gpu["driver_version"]
-    versions = versions_in_names(raw.get("nvml_libs") or [])
-    return versions[-1] if versions else None
-
-
-def version_matches(expected, measured):
-    """'550' matches '550.163.01'; '2.22.3' matches '2.22.3'."""
-    return measured is not None and (measured == expected or measured.startswith(expected + "."))
-
-
-# ---- GPU node: driver version, runtimes, NCCL -----------------------------------------------------------------
-
-def driver_checks(host, raw, cluster_versions):
-    expected = raw["expected"]["driver_version"]
-    measured = installed_driver(raw)
-    if measured is None:
-        version = (check("gpu.driver_version", "skip", "no NVIDIA driver installed and no version expected")
-                   if not expected else
-                   check("gpu.driver_version", "fail", "no NVIDIA user-space driver (libnvidia-ml.so.*) found on %s; "
-                         "run site.yml (nvidia_driver)" % host, expected, None))
-    elif not expected:
-        version = check("gpu.driver_version", "skip", "driver %s installed; set validate_expected_driver_version (or "
-                        "nvidia_driver_version / nvidia_driver_branch) to check it" % measured, None, measured)
-    elif version_matches(expected, measured):
-        version = check("gpu.driver_version", "pass", "driver %s as expected" % measured, expected, measured)
-    else:
-        version = check("gpu.driver_version", "fail", "driver %s installed, %s expected: run site.yml, or correct "
-                        "validate_expected_driver_version for %s's group" % (measured, expected, host), expected, measured)
-    gpu = raw.get("gpu") if _ran(raw.get("gpu")) else {}
-    return [version, consistency("gpu.driver_consistency", "driver", host, measured, cluster_versions),
-            driver_flavor_check(host, gpu, raw.get("driver_plan"))]
-
-
-def consistency(name, what, host, measured, versions):
-    """versions: host -> version over the cluster's GPU nodes."""
-    known = {h: v for h, v in versions.items() if v}
-    if measured is None:
-        return check(name, "skip", "no %s version on this node" % what)
-    others = sorted("%s (%s)" % (h, v) for h, v in known.items() if v != measured)
-    if others:
-        return check(name, "fail", "%s %s here differs within the cluster: %s; install one version on every node"
-                     % (what, measured, ", ".join(others)), "the same on every node", measured)
-    return check(name, "pass", "%s %s on all %d node(s) of the cluster that have one" % (what, measured, len(known)),
-                 measured, measured)
-
-
 def runtime_checks(host, raw):
     checks = []
     docker = raw.get("docker") or {}
-    if not _ran(docker):
+    if not ran(docker):
         checks.append(check("runtime.docker", "skip", "Docker is not installed on this node"))
     elif docker.get("rc") != 0:
         checks.append(check("runtime.docker", "fail", "docker info failed: %s; start Docker (systemctl start docker)"
@@ -105,7 +42,7 @@ def runtime_checks(host, raw):
                             else "; run site.yml (nvidia_container_toolkit) to register the nvidia runtime"),
                             "nvidia", ", ".join(runtimes)))
     containerd = raw.get("containerd") or {}
-    if not _ran(containerd):
+    if not ran(containerd):
         checks.append(check("runtime.containerd", "skip", "containerd is not installed on this node"))
     elif containerd.get("rc") != 0:
         checks.append(check("runtime.containerd", "fail", "containerd config dump failed: %s" % _output(containerd)[:300]))
@@ -120,7 +57,7 @@ def runtime_checks(host, raw):
                             "containerd has no nvidia runtime; run site.yml (nvidia_container_toolkit)",
                             "nvidia runtime", "present" if found else "absent"))
     template = raw.get("microk8s_template") or {}
-    if not _ran(template) or "content" not in template:
+    if not ran(template) or "content" not in template:
         checks.append(check("runtime.microk8s", "skip", "MicroK8s' containerd template is not on this node"))
     else:
         found = bool(_CONTAINERD_NVIDIA.search(base64.b64decode(template["content"]).decode("utf-8", "replace")))
@@ -166,7 +103,7 @@ def gpu_container_check(raw):
     if not raw["expected"]["gpu_container_image"]:
         return check("runtime.gpu_container", "skip", "validate_gpu_container_image is not set (an image with nvidia-smi)")
     result = raw.get("gpu_container") or {}
-    if not _ran(result):
+    if not ran(result):
         return check("runtime.gpu_container", "skip", "Docker does not answer on this node (see runtime.docker)")
     seen = len(re.findall(r"^GPU \d+:", result.get("stdout") or "", re.MULTILINE))
     want = raw["gpu"]["gpu_count"]
@@ -223,7 +160,7 @@ def nccl_bandwidth(raw, floor, cluster_first):
     if not raw["expected"]["nccl_multinode"]:
         multi_reason = "validate_nccl_multinode is false"
     else:
-        multi_reason = reason or (None if _ran((cluster_first or {}).get("allreduce_multinode")) else
+        multi_reason = reason or (None if ran((cluster_first or {}).get("allreduce_multinode")) else
                                   "the cluster's first GPU node did not run the multi-node all-reduce")
     multi, multi_value = busbw_check("nccl.busbw_multinode", (cluster_first or {}).get("allreduce_multinode") or {},
                                      floor, multi_reason)
@@ -234,7 +171,7 @@ def nccl_bandwidth(raw, floor, cluster_first):
 
 def _kubectl(head_raw, index):
     results = (head_raw or {}).get("kubectl") or []
-    if len(results) <= index or not _ran(results[index]) or results[index].get("rc") != 0:
+    if len(results) <= index or not ran(results[index]) or results[index].get("rc") != 0:
         return None
     return json.loads(results[index]["stdout"]).get("items", [])
 
@@ -351,7 +288,7 @@ def dataset_checks(raw, name):
     if not raw["stage_target"]:
         return [check(i, "skip", "not a stage target") for i in ids], None
     result = next((r for r in raw.get("datasets") or [] if (r.get("item") or {}).get("name") == name), None)
-    if not _ran(result) or result.get("failed"):
+    if not ran(result) or result.get("failed"):
         why = (result or {}).get("msg") or "the dataset was not checked on this node"
         return [check(ids[0], "fail", why)] + [check(i, "skip", why) for i in ids[1:]], None
     if result.get("plan_missing"):
@@ -432,7 +369,7 @@ def _gpu_options(raw):
     for key, result, tool in (("dcgm", raw.get("dcgm"), "dcgmi"), ("bandwidth", raw.get("nvbandwidth"), "nvbandwidth")):
         if reason:
             options[key], options[key + "_reason"] = None, reason
-        elif not _ran(result):
+        elif not ran(result):
             options[key], options[key + "_reason"] = None, "%s is not installed" % tool
         else:
             options[key], options[key + "_reason"] = result, None
@@ -462,7 +399,7 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
             report["checks"].append(dict(check("node.reachable", "fail", "%s failed or was unreachable before validate read "
                                                "it; see the run's output above the report" % host), node=host))
             continue
-        gpu = raw.get("gpu") if raw["gpu_node"] and _ran(raw.get("gpu")) else {}
+        gpu = raw.get("gpu") if raw["gpu_node"] and ran(raw.get("gpu")) else {}
         report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"],
                                 "driver": node_driver(gpu)})
         checks = [check("node.reachable", "pass", "read")]

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import jsonschema
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_checks, validate_report
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_checks, validate_report, validate_result
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[3]
@@ -214,7 +214,7 @@ def test_an_unreachable_node_has_only_the_reachability_check():
     ([], []),
 ])
 def test_versions_come_from_the_library_file_names(paths, versions):
-    assert validate_checks.versions_in_names(paths) == versions
+    assert validate_result.versions_in_names(paths) == versions
 
 
 @pytest.mark.parametrize("expected, measured, matches", [
@@ -222,7 +222,7 @@ def test_versions_come_from_the_library_file_names(paths, versions):
     ("535", "550.163.01", False), ("2.22.3", "2.22.3", True), ("550", None, False),
 ])
 def test_expected_versions_match_on_whole_components(expected, measured, matches):
-    assert validate_checks.version_matches(expected, measured) is matches
+    assert validate_result.version_matches(expected, measured) is matches
 
 
 def test_the_placement_plot_draws_each_ranks_bytes_against_the_fair_share():
