@@ -1,14 +1,17 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The GPU checks of the validate role's evaluator: nvidia_gpu_facts' result, dcgmi diag and nvbandwidth -> checks.
+"""The GPU checks of the validate role's evaluator: nvidia_gpu_facts' result, dcgmi diag and nvbandwidth -> checks
+(gpu_tool_output reads the two tools' output).
 
 Each check is {"check", "status", "expected", "measured", "message"}, status pass, fail or skip. gpu_checks returns
 every id of CHECK_IDS, in that order: one that cannot be evaluated is a skip that says why, never left out. A failure's
 message says what is wrong and what to do. Pure Python (stdlib only), run on the controller.
 """
 
-import json
 import re
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_tool_output import parse_dcgmi_diag_json, parse_nvbandwidth
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_result import check
 
 CHECK_IDS = ("gpu.count_model", "gpu.driver_state", "gpu.persistence_mode", "gpu.ecc", "gpu.xid", "gpu.nvlink",
              "gpu.pcie_link", "gpu.throttle", "gpu.dcgm_diag", "gpu.host_device_bandwidth")
@@ -22,13 +25,6 @@ NOT_MANAGED = ("the nvidia kernel module is not managed on this host (nvidia_dri
 
 _EXPECTED_GPUS = re.compile(r"^\s*(\d+)\s*[xX]\s*(\S.*?)\s*$")
 _PCI_ADDRESS = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)")
-_DCGM_STATUS = {"pass": "pass", "passed": "pass", "fail": "fail", "failed": "fail", "warn": "warn", "warning": "warn",
-                "skip": "skip", "skipped": "skip", "not run": "not_run", "notrun": "not_run"}
-
-
-def _result(check_id, status, message, expected=None, measured=None):
-    return {"check": check_id, "status": status, "expected": None if expected is None else str(expected),
-            "measured": None if measured is None else str(measured), "message": message}
 
 
 def _bare(name):
@@ -112,11 +108,11 @@ def _count_model(facts, expected_gpus, options):
     try:
         expected = parse_expected_gpus(expected_gpus)
     except ValueError as error:
-        return _result(cid, "fail", str(error), expected_gpus, None)
+        return check(cid, "fail", str(error), expected_gpus, None)
     state = facts.get("driver_state")
     if not state:
-        return _result(cid, "fail" if expected else "skip", "the GPU facts could not be read on this node (see gpu.driver_state)",
-                       "%d x %s" % expected if expected else None, None)
+        return check(cid, "fail" if expected else "skip", "the GPU facts could not be read on this node (see gpu.driver_state)",
+                     "%d x %s" % expected if expected else None, None)
     gpus = (facts.get("gpus") or []) if state == "ok" else []
     pci_count = len(facts.get("pci_gpus") or [])
     if state == "ok":
@@ -127,46 +123,46 @@ def _count_model(facts, expected_gpus, options):
         measured = "0 GPUs"
     if expected is None:
         if (state == "ok" and gpus) or (state != "ok" and pci_count):
-            return _result(cid, "skip", "found %s; set validate_expected_gpus (as 'COUNT x MODEL') to check the count and "
-                           "model" % measured, None, measured)
-        return _result(cid, "skip", "no NVIDIA GPU on this node and validate_expected_gpus is not set", None, measured)
+            return check(cid, "skip", "found %s; set validate_expected_gpus (as 'COUNT x MODEL') to check the count and "
+                         "model" % measured, None, measured)
+        return check(cid, "skip", "no NVIDIA GPU on this node and validate_expected_gpus is not set", None, measured)
     count, model = expected
     wanted = "%d x %s" % (count, model)
     if state == "ok":
         wrong = [gpu for gpu in gpus if not model_matches(model, gpu.get("name"))]
         if len(gpus) == count and not wrong:
-            return _result(cid, "pass", "%s as expected" % measured, wanted, measured)
+            return check(cid, "pass", "%s as expected" % measured, wanted, measured)
         problems = ["%d GPU(s) where %d are expected" % (len(gpus), count)] if len(gpus) != count else []
         problems += ["%s is %s, not %s" % (_label(gpu), gpu.get("name"), model) for gpu in wrong]
-        return _result(cid, "fail", "%s; correct validate_expected_gpus for this node's group if the inventory is wrong, "
-                       "otherwise look at the node: a GPU missing from nvidia-smi has often fallen off the bus (gpu.xid) "
-                       "or is bound to another driver (lspci -k)" % "; ".join(problems), wanted, measured)
+        return check(cid, "fail", "%s; correct validate_expected_gpus for this node's group if the inventory is wrong, "
+                     "otherwise look at the node: a GPU missing from nvidia-smi has often fallen off the bus (gpu.xid) "
+                     "or is bound to another driver (lspci -k)" % "; ".join(problems), wanted, measured)
     if pci_count != count:
-        return _result(cid, "fail", "%d NVIDIA GPU(s) on PCI where %d are expected, and the model cannot be read (driver %s); "
-                       "check the inventory's validate_expected_gpus and the hardware (lspci -d 10de:)"
-                       % (pci_count, count, state), wanted, measured)
+        return check(cid, "fail", "%d NVIDIA GPU(s) on PCI where %d are expected, and the model cannot be read (driver %s); "
+                     "check the inventory's validate_expected_gpus and the hardware (lspci -d 10de:)"
+                     % (pci_count, count, state), wanted, measured)
     if state == "not_loaded" and options.get("kernel_module_managed") is False:
-        return _result(cid, "skip", "%d GPU(s) on PCI as expected; the model cannot be read because %s"
-                       % (pci_count, NOT_MANAGED), wanted, measured)
-    return _result(cid, "fail", "%d GPU(s) on PCI as expected, but the model cannot be read because the driver does not "
-                   "answer (%s): %s" % (pci_count, state, facts.get("message") or facts.get("msg") or "no message"),
-                   wanted, measured)
+        return check(cid, "skip", "%d GPU(s) on PCI as expected; the model cannot be read because %s"
+                     % (pci_count, NOT_MANAGED), wanted, measured)
+    return check(cid, "fail", "%d GPU(s) on PCI as expected, but the model cannot be read because the driver does not "
+                 "answer (%s): %s" % (pci_count, state, facts.get("message") or facts.get("msg") or "no message"),
+                 wanted, measured)
 
 
 def _driver_state(facts, options):
     cid = "gpu.driver_state"
     state = facts.get("driver_state")
     if not state:
-        return _result(cid, "fail", "nvidia_gpu_facts did not report on this node: %s; run it by hand there "
-                       "(ansible HOST -m dlinfra.gpu_cluster.nvidia_gpu_facts)" % (facts.get("msg") or "no result"), "ok", None)
+        return check(cid, "fail", "nvidia_gpu_facts did not report on this node: %s; run it by hand there "
+                     "(ansible HOST -m dlinfra.gpu_cluster.nvidia_gpu_facts)" % (facts.get("msg") or "no result"), "ok", None)
     if state == "ok":
-        return _result(cid, "pass", "driver %s answers for %d GPU(s)" % (facts.get("driver_version"), len(facts.get("gpus") or [])),
-                       "ok", state)
+        return check(cid, "pass", "driver %s answers for %d GPU(s)" % (facts.get("driver_version"), len(facts.get("gpus") or [])),
+                     "ok", state)
     if state == "no_gpu":
-        return _result(cid, "skip", "no NVIDIA GPU on this node", None, state)
+        return check(cid, "skip", "no NVIDIA GPU on this node", None, state)
     if state == "not_loaded" and options.get("kernel_module_managed") is False:
-        return _result(cid, "skip", NOT_MANAGED, None, state)
-    return _result(cid, "fail", facts.get("message") or "the NVIDIA driver is in state %s" % state, "ok", state)
+        return check(cid, "skip", NOT_MANAGED, None, state)
+    return check(cid, "fail", facts.get("message") or "the NVIDIA driver is in state %s" % state, "ok", state)
 
 
 # ---- what nvidia-smi reports per GPU ----------------------------------------------------------------------------
@@ -175,15 +171,15 @@ def _persistence(gpus):
     cid = "gpu.persistence_mode"
     known = [gpu for gpu in gpus if gpu.get("persistence_mode") is not None]
     if not known:
-        return _result(cid, "skip", "no GPU on this node reports persistence mode")
+        return check(cid, "skip", "no GPU on this node reports persistence mode")
     off = [gpu for gpu in known if not gpu["persistence_mode"]]
     measured = "on for %d of %d GPU(s)" % (len(known) - len(off), len(gpus))
     if off:
-        return _result(cid, "fail", "persistence mode is off on %s; enable the nvidia-persistenced service (the nvidia_driver "
-                       "role does) or run 'nvidia-smi -pm 1': without it the driver tears a GPU down whenever no process "
-                       "holds it, and each CUDA start waits for it to come up again" % ", ".join(_label(gpu) for gpu in off),
-                       "on for every GPU", measured)
-    return _result(cid, "pass", "persistence mode is on for every GPU", "on for every GPU", measured)
+        return check(cid, "fail", "persistence mode is off on %s; enable the nvidia-persistenced service (the nvidia_driver "
+                     "role does) or run 'nvidia-smi -pm 1': without it the driver tears a GPU down whenever no process "
+                     "holds it, and each CUDA start waits for it to come up again" % ", ".join(_label(gpu) for gpu in off),
+                     "on for every GPU", measured)
+    return check(cid, "pass", "persistence mode is on for every GPU", "on for every GPU", measured)
 
 
 def _ecc_problems(gpu):
@@ -214,37 +210,37 @@ def _ecc(gpus):
         if problems:
             findings.append("%s: %s" % (_label(gpu), ", ".join(problems)))
     if not reporting:
-        return _result(cid, "skip", "no GPU on this node reports ECC (GPUs without ECC, such as consumer boards, report none)")
+        return check(cid, "skip", "no GPU on this node reports ECC (GPUs without ECC, such as consumer boards, report none)")
     if findings:
-        return _result(cid, "fail", "%s; drain the node, then reset the GPU (nvidia-smi -r) or reboot so that pending "
-                       "retirements and remaps take effect; a remap failure, or uncorrectable errors that come back, mean the "
-                       "GPU needs replacing; ECC that is off is turned on with 'nvidia-smi -e 1' and a reset"
-                       % "; ".join(findings), expected, "; ".join(findings))
-    return _result(cid, "pass", "no uncorrectable ECC error, pending retirement or remap on %d GPU(s)" % reporting,
-                   expected, "clean on %d GPU(s)" % reporting)
+        return check(cid, "fail", "%s; drain the node, then reset the GPU (nvidia-smi -r) or reboot so that pending "
+                     "retirements and remaps take effect; a remap failure, or uncorrectable errors that come back, mean the "
+                     "GPU needs replacing; ECC that is off is turned on with 'nvidia-smi -e 1' and a reset"
+                     % "; ".join(findings), expected, "; ".join(findings))
+    return check(cid, "pass", "no uncorrectable ECC error, pending retirement or remap on %d GPU(s)" % reporting,
+                 expected, "clean on %d GPU(s)" % reporting)
 
 
 def _xid(facts, gpus):
     """Evaluated whenever GPUs are on PCI, driver answering or not: an Xid is often why it stopped answering."""
     cid = "gpu.xid"
     if facts.get("driver_state") == "no_gpu":
-        return _result(cid, "skip", "no NVIDIA GPU on this node")
+        return check(cid, "skip", "no NVIDIA GPU on this node")
     if facts.get("kernel_log_error"):
-        return _result(cid, "skip", "the kernel log could not be read: %s" % facts["kernel_log_error"])
+        return check(cid, "skip", "the kernel log could not be read: %s" % facts["kernel_log_error"])
     events = facts.get("xid_events")
     if events is None:
-        return _result(cid, "skip", "the kernel log was not read (nvidia_gpu_facts ran with kernel_log: false, or did not run)")
+        return check(cid, "skip", "the kernel log was not read (nvidia_gpu_facts ran with kernel_log: false, or did not run)")
     if not events:
-        return _result(cid, "pass", "no Xid error in the kernel log since boot", "no Xid since boot", "none")
+        return check(cid, "pass", "no Xid error in the kernel log since boot", "no Xid since boot", "none")
     by_address = {_pci_key(gpu.get("pci_bus_id")): _label(gpu) for gpu in gpus}
     counts = {}
     for event in events:
         where = by_address.get(_pci_key(event.get("pci"))) or "PCI %s" % event.get("pci")
         counts[(event.get("xid"), where)] = counts.get((event.get("xid"), where), 0) + 1
     found = ", ".join("Xid %s on %s%s" % (xid, where, " (%d times)" % n if n > 1 else "") for (xid, where), n in counts.items())
-    return _result(cid, "fail", "%s since boot; Xid codes are the driver's error reports (NVIDIA's Xid catalogue says what "
-                   "each means): read dmesg around them, drain the node, reset the GPU or reboot, and have the GPU checked "
-                   "if they come back" % found, "no Xid since boot", found)
+    return check(cid, "fail", "%s since boot; Xid codes are the driver's error reports (NVIDIA's Xid catalogue says what "
+                 "each means): read dmesg around them, drain the node, reset the GPU or reboot, and have the GPU checked "
+                 "if they come back" % found, "no Xid since boot", found)
 
 
 def _nvlink(facts, gpus):
@@ -252,18 +248,18 @@ def _nvlink(facts, gpus):
     reported = [gpu for gpu in gpus if gpu.get("fabric_state") not in (None, "Not Supported")]
     if not reported:
         if facts.get("nvswitch_count"):
-            return _result(cid, "skip", "%d NVSwitch(es) on PCI, but the driver reports no fabric state for these GPUs (it does "
-                           "from Hopper on); check that nvidia-fabricmanager is active" % facts["nvswitch_count"])
-        return _result(cid, "skip", "no NVLink fabric reported")
+            return check(cid, "skip", "%d NVSwitch(es) on PCI, but the driver reports no fabric state for these GPUs (it does "
+                         "from Hopper on); check that nvidia-fabricmanager is active" % facts["nvswitch_count"])
+        return check(cid, "skip", "no NVLink fabric reported")
     bad = [gpu for gpu in reported if gpu["fabric_state"] != "Completed" or gpu.get("fabric_status") not in (None, "Success")]
     expected = "fabric state Completed, status Success on every GPU"
     if bad:
         found = "; ".join("%s: state %s, status %s" % (_label(gpu), gpu["fabric_state"], gpu.get("fabric_status")) for gpu in bad)
-        return _result(cid, "fail", "%s; GPUs join the NVLink fabric once nvidia-fabricmanager has set up the NVSwitches, and "
-                       "CUDA does not start on them before: check that the service is active (nvidia_driver_fabric_manager) and "
-                       "read its log (journalctl -u nvidia-fabricmanager)" % found, expected, found)
-    return _result(cid, "pass", "every GPU has joined the NVLink fabric", expected,
-                   "Completed/Success on %d of %d GPU(s)" % (len(reported), len(gpus)))
+        return check(cid, "fail", "%s; GPUs join the NVLink fabric once nvidia-fabricmanager has set up the NVSwitches, and "
+                     "CUDA does not start on them before: check that the service is active (nvidia_driver_fabric_manager) and "
+                     "read its log (journalctl -u nvidia-fabricmanager)" % found, expected, found)
+    return check(cid, "pass", "every GPU has joined the NVLink fabric", expected,
+                 "Completed/Success on %d of %d GPU(s)" % (len(reported), len(gpus)))
 
 
 def _link_findings(gpu, min_gen, min_width):
@@ -293,7 +289,7 @@ def _pcie(gpus, thresholds):
     min_gen, min_width = thresholds.get("pcie_gen"), thresholds.get("pcie_width")
     reporting = [gpu for gpu in gpus if any(value is not None for value in (gpu.get("pcie") or {}).values())]
     if not reporting:
-        return _result(cid, "skip", "no GPU on this node reports its PCIe link")
+        return check(cid, "skip", "no GPU on this node reports its PCIe link")
     expected = "width at its maximum, generation at its maximum in P0"
     if min_gen or min_width:
         expected += ", maxima of at least %s" % " ".join(
@@ -310,81 +306,33 @@ def _pcie(gpus, thresholds):
         if note:
             notes.append(note)
     if findings:
-        return _result(cid, "fail", "%s; reseat the GPU (or its riser or cable), check the slot's link settings in the firmware "
-                       "setup, and compare LnkCap with LnkSta in 'lspci -vv' for it: a slower link slows every copy between "
-                       "host and GPU" % "; ".join(findings), expected, "; ".join(measured))
+        return check(cid, "fail", "%s; reseat the GPU (or its riser or cable), check the slot's link settings in the firmware "
+                     "setup, and compare LnkCap with LnkSta in 'lspci -vv' for it: a slower link slows every copy between "
+                     "host and GPU" % "; ".join(findings), expected, "; ".join(measured))
     message = "every GPU's link runs at its maximum width, and at its maximum generation where in P0"
     if notes:
         message += " (%s: idle GPUs lower the link generation to save power, so it is checked in P0 only)" % "; ".join(notes)
-    return _result(cid, "pass", message, expected, "; ".join(measured))
+    return check(cid, "pass", message, expected, "; ".join(measured))
 
 
 def _throttle(gpus):
     cid = "gpu.throttle"
     reporting = [gpu for gpu in gpus if gpu.get("clock_event_reasons_active") is not None]
     if not reporting:
-        return _result(cid, "skip", "no GPU on this node reports clock event reasons")
+        return check(cid, "skip", "no GPU on this node reports clock event reasons")
     expected = "none of %s active" % ", ".join(SLOWDOWN_REASONS)
     findings = ["%s: %s" % (_label(gpu), ", ".join(reason for reason in gpu["clock_event_reasons_active"] if reason in SLOWDOWN_REASONS))
                 for gpu in reporting if set(gpu["clock_event_reasons_active"]) & set(SLOWDOWN_REASONS)]
     if findings:
-        return _result(cid, "fail", "%s; heat or power is holding the clocks down: check the cooling (inlet temperature, fans, "
-                       "airflow; nvidia-smi -q -d TEMPERATURE), the power supply and the BMC's power brake; nvidia-smi -q -d "
-                       "PERFORMANCE shows the reasons" % "; ".join(findings), expected, "; ".join(findings))
+        return check(cid, "fail", "%s; heat or power is holding the clocks down: check the cooling (inlet temperature, fans, "
+                     "airflow; nvidia-smi -q -d TEMPERATURE), the power supply and the BMC's power brake; nvidia-smi -q -d "
+                     "PERFORMANCE shows the reasons" % "; ".join(findings), expected, "; ".join(findings))
     active = sorted({reason for gpu in reporting for reason in gpu["clock_event_reasons_active"]})
-    return _result(cid, "pass", "no GPU is slowed down by heat or power", expected,
-                   "active: %s" % ", ".join(active) if active else "no reason active")
+    return check(cid, "pass", "no GPU is slowed down by heat or power", expected,
+                 "active: %s" % ", ".join(active) if active else "no reason active")
 
 
 # ---- dcgmi diag and nvbandwidth ---------------------------------------------------------------------------------
-
-def _json_document(text):
-    """The JSON object in a command's output; dcgmi may print a line before it."""
-    start = (text or "").find("{")
-    if start < 0:
-        raise ValueError("no JSON document in the output: %s" % ((text or "").strip()[:200] or "(empty)"))
-    try:
-        return json.JSONDecoder().raw_decode(text[start:])[0]
-    except ValueError as error:
-        raise ValueError("the output is not a JSON document (%s)" % error) from None
-
-
-def _messages(items):
-    """Warning or info entries: plain strings (DCGM 3.x) or objects with a 'warning' (DCGM 3.2 and 4.x)."""
-    found = []
-    for item in items or []:
-        text = item.get("warning") or item.get("message") if isinstance(item, dict) else item
-        if text:
-            found.append(str(text).strip())
-    return found
-
-
-def parse_dcgmi_diag_json(text):
-    """The results of `dcgmi diag -r N -j`.
-
-    DCGM 3.x nests the categories under 'DCGM GPU Diagnostic' and names GPUs in 'gpu_ids'; DCGM 4.x nests them under
-    'DCGM Diagnostic', names entities ('entity_group', 'entity_id') and keeps its version under 'metadata'. Both are
-    read. Returns {version, runtime_error, results: [{category, test, gpu, status, messages}]}: one entry per test and
-    GPU (or group of GPUs), status one of pass, fail, warn, skip, not_run, or the word dcgmi printed when it is none of
-    those. Raises ValueError for output that is no result document.
-    """
-    document = _json_document(text)
-    if not isinstance(document, dict):
-        raise ValueError("the output is a JSON %s, not dcgmi's result object" % type(document).__name__)
-    root = document.get("DCGM GPU Diagnostic") or document.get("DCGM Diagnostic") or document
-    metadata = document.get("metadata") or {}
-    results = []
-    for category in root.get("test_categories") or []:
-        for test in (category or {}).get("tests") or []:
-            for entry in [item for item in (test or {}).get("results") or [] if isinstance(item, dict)]:
-                gpu = entry.get("gpu_ids") if "gpu_ids" in entry else entry.get("entity_id")
-                status = str(entry.get("status") or "").strip()
-                results.append({"category": category.get("category"), "test": test.get("name"),
-                                "gpu": None if gpu is None else str(gpu), "status": _DCGM_STATUS.get(status.lower(), status),
-                                "messages": _messages(entry.get("warnings"))})
-    return {"version": root.get("version") or metadata.get("version"),
-            "runtime_error": root.get("runtime_error") or document.get("runtime_error"), "results": results}
-
 
 def _command(value):
     """(output, exit code) of a registered command result, or of plain text."""
@@ -396,17 +344,17 @@ def _command(value):
 def _dcgm(options):
     cid = "gpu.dcgm_diag"
     if options.get("dcgm") is None:
-        return _result(cid, "skip", options.get("dcgm_reason") or "dcgmi diag did not run on this node")
+        return check(cid, "skip", options.get("dcgm_reason") or "dcgmi diag did not run on this node")
     text, rc = _command(options["dcgm"])
     expected = "every DCGM diagnostic test passes"
     try:
         diag = parse_dcgmi_diag_json(text)
     except ValueError as error:
-        return _result(cid, "fail", "dcgmi diag gave no result (exit code %s): %s; check that the DCGM host engine runs "
-                       "(systemctl status nvidia-dcgm, or nv-hostengine) and run 'dcgmi diag -r 1' there" % (rc, error), expected)
+        return check(cid, "fail", "dcgmi diag gave no result (exit code %s): %s; check that the DCGM host engine runs "
+                     "(systemctl status nvidia-dcgm, or nv-hostengine) and run 'dcgmi diag -r 1' there" % (rc, error), expected)
     if diag["runtime_error"] or not diag["results"]:
-        return _result(cid, "fail", "dcgmi diag ran no test: %s; run 'dcgmi diag -r 1' on the node and read its error"
-                       % (diag["runtime_error"] or "its result lists none"), expected, "no test ran")
+        return check(cid, "fail", "dcgmi diag ran no test: %s; run 'dcgmi diag -r 1' on the node and read its error"
+                     % (diag["runtime_error"] or "its result lists none"), expected, "no test ran")
     counts = {}
     for entry in diag["results"]:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
@@ -415,96 +363,53 @@ def _dcgm(options):
     warned = [entry for entry in diag["results"] if entry["status"] == "warn"]
     if not bad and not counts.get("pass") and not warned:
         why = "; ".join(sorted({message for entry in diag["results"] for message in entry["messages"]})) or "no reason given"
-        return _result(cid, "skip", "dcgmi diag skipped every test (%s), so it verified nothing" % why, expected, measured)
+        return check(cid, "skip", "dcgmi diag skipped every test (%s), so it verified nothing" % why, expected, measured)
 
     def describe(entry):
         return "%s on GPU %s%s" % (entry["test"], entry["gpu"], ": " + " ".join(entry["messages"]) if entry["messages"] else "")
 
     if bad:
-        return _result(cid, "fail", "%s; drain the node, rerun that level of dcgmi diag to confirm, and have the GPU checked "
-                       "(DCGM's message names the fault)" % "; ".join(
-                           describe(entry) if entry["status"] == "fail" else "%s (status %s)" % (describe(entry), entry["status"])
-                           for entry in bad), expected, measured)
+        return check(cid, "fail", "%s; drain the node, rerun that level of dcgmi diag to confirm, and have the GPU checked "
+                     "(DCGM's message names the fault)" % "; ".join(
+                         describe(entry) if entry["status"] == "fail" else "%s (status %s)" % (describe(entry), entry["status"])
+                         for entry in bad), expected, measured)
     message = "every DCGM diagnostic test passed%s" % (" (DCGM %s)" % diag["version"] if diag["version"] else "")
     if warned:
         message += "; warnings: %s" % "; ".join(describe(entry) for entry in warned)
-    return _result(cid, "pass", message, expected, measured)
-
-
-def _float(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def parse_nvbandwidth(text, testcase="host_to_device_memcpy_ce"):
-    """GB/s per GPU of one testcase in nvbandwidth's text output (`nvbandwidth -t host_to_device_memcpy_ce`).
-
-    nvbandwidth prints 'Running <testcase>.', a description, a matrix (a header of column numbers, then one row per
-    source: the CPU for host-to-device copies, columns are GPUs by CUDA index) and, from v0.5 on, 'SUM <testcase> <GB/s>'.
-    Returns {testcase, gbps: {gpu index: GB/s}, sum}; with several rows a GPU's figure is its best one. Cells reading
-    N/A are left out. Raises ValueError when the testcase has no matrix (not run, waived, failed).
-    """
-    lines = [line.strip() for line in (text or "").splitlines()]
-    try:
-        start = lines.index("Running %s." % testcase)
-    except ValueError:
-        raise ValueError("nvbandwidth printed no %s result: %s" % (testcase, (text or "").strip()[-300:] or "(no output)")) from None
-    columns, gbps, total, said = None, {}, None, []
-    for line in lines[start + 1:]:
-        if line.startswith("Running "):
-            break
-        tokens = line.split()
-        if not tokens:
-            continue
-        if tokens[0] == "SUM" and len(tokens) == 3:
-            total = _float(tokens[2])
-        elif columns is None and all(token.isdigit() for token in tokens):
-            columns = [int(token) for token in tokens]
-        elif columns is not None and tokens[0].isdigit() and len(tokens) == len(columns) + 1:
-            for column, cell in zip(columns, tokens[1:]):
-                value = _float(cell)
-                if value is not None:
-                    gbps[column] = max(value, gbps.get(column, value))
-        else:
-            said.append(line)
-    if not gbps:
-        raise ValueError("nvbandwidth measured nothing for %s: %s" % (testcase, " ".join(said)[:300] or "(no matrix)"))
-    return {"testcase": testcase, "gbps": gbps, "sum": total}
+    return check(cid, "pass", message, expected, measured)
 
 
 def _bandwidth(options, gpus, thresholds):
     cid = "gpu.host_device_bandwidth"
     if options.get("bandwidth") is None:
-        return _result(cid, "skip", options.get("bandwidth_reason") or "nvbandwidth did not run on this node")
+        return check(cid, "skip", options.get("bandwidth_reason") or "nvbandwidth did not run on this node")
     text, rc = _command(options["bandwidth"])
     floor = thresholds.get("host_device_gbps")
     expected = None if floor is None else ">= %s GB/s per GPU" % floor
     try:
         figures = parse_nvbandwidth(text)["gbps"]
     except ValueError as error:
-        return _result(cid, "fail", "%s (exit code %s); run 'nvbandwidth -t host_to_device_memcpy_ce' on the node and read "
-                       "its error" % (error, rc), expected)
+        return check(cid, "fail", "%s (exit code %s); run 'nvbandwidth -t host_to_device_memcpy_ce' on the node and read "
+                     "its error" % (error, rc), expected)
 
     def name(index):
         return _label(gpus[index]) if index < len(gpus) else "GPU %d" % index
 
     measured = ", ".join("GPU %d %.2f GB/s" % (index, value) for index, value in sorted(figures.items()))
     if floor is None:
-        return _result(cid, "skip", "measured %s, but there is no host_device_gbps threshold for this GPU model; set one in "
-                       "validate_gpu_thresholds" % measured, None, measured)
+        return check(cid, "skip", "measured %s, but there is no host_device_gbps threshold for this GPU model; set one in "
+                     "validate_gpu_thresholds" % measured, None, measured)
     # nvbandwidth numbers GPUs as CUDA does; on a node of one model that is nvidia-smi's PCI order.
     problems = ["%s: expected >= %s GB/s, measured %.2f GB/s" % (name(index), floor, value)
                 for index, value in sorted(figures.items()) if value < floor]
     problems += ["%s: expected >= %s GB/s, not measured" % (name(index), floor) for index in range(len(gpus)) if index not in figures]
     if problems:
-        return _result(cid, "fail", "%s; check that GPU's PCIe link (gpu.pcie_link), run nvbandwidth bound to the CPU socket "
-                       "nearest to it (numactl --cpunodebind), and look at the IOMMU setting (iommu=pt)" % "; ".join(problems),
-                       expected, measured)
+        return check(cid, "fail", "%s; check that GPU's PCIe link (gpu.pcie_link), run nvbandwidth bound to the CPU socket "
+                     "nearest to it (numactl --cpunodebind), and look at the IOMMU setting (iommu=pt)" % "; ".join(problems),
+                     expected, measured)
     lowest = min(figures, key=figures.get)
-    return _result(cid, "pass", "every GPU copies from host memory at >= %s GB/s (lowest: %s, %.2f GB/s)"
-                   % (floor, name(lowest), figures[lowest]), expected, measured)
+    return check(cid, "pass", "every GPU copies from host memory at >= %s GB/s (lowest: %s, %.2f GB/s)"
+                 % (floor, name(lowest), figures[lowest]), expected, measured)
 
 
 def gpu_checks(facts, expected_gpus, thresholds, options):
@@ -521,7 +426,7 @@ def gpu_checks(facts, expected_gpus, thresholds, options):
     gpus = [] if reason else facts["gpus"]
 
     def per_gpu(check_id, evaluate):
-        return _result(check_id, "skip", reason) if reason else evaluate()
+        return check(check_id, "skip", reason) if reason else evaluate()
 
     return [
         _count_model(facts, expected_gpus, options),

@@ -7,14 +7,13 @@ import pytest
 import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import parse_nvidia_smi_xml, parse_xid_events
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_tool_output import parse_dcgmi_diag_json, parse_nvbandwidth
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_gpu import (
     CHECK_IDS,
     NOT_MANAGED,
     gpu_checks,
     model_matches,
-    parse_dcgmi_diag_json,
     parse_expected_gpus,
-    parse_nvbandwidth,
     thresholds_for,
 )
 
