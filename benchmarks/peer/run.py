@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/peer/run.py --quick                                    # 8 x 1 MiB, correctness only
 
 A private Docker network holds a store (nginx) and four nodes, every link limited with tc to the same rate. Each
-node runs the engine (plugins/module_utils/shard_transfer.py, through its CLI) with the settings the planner gives
+node runs the engine (plugins/module_utils/_staging/transfer.py, through its CLI) with the settings the planner gives
 it: direct, every node fetches every shard from the store; peer-assisted, each shard is fetched from the store by
 one node and handed on by it to the others. Per (nodes, mode): the wall time until the last node finishes and the
 bytes the store sent (from its access log). Exit status: 0 every target passed, 1 a target failed, 2 a
@@ -44,7 +44,7 @@ PEER_PORT = 8473
 PEER_WAIT_S = 120
 PEER_LINGER_S = 30
 CONCURRENCY = 8
-ENGINE_MODULE = "ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer"
+ENGINE_MODULE = "ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer"
 ENGINE_ROOT = "/opt/bench"
 ENGINE_DIR = ENGINE_ROOT + "/ansible_collections/dlinfra/gpu_cluster/plugins/module_utils"
 ENGINE_CONFIG = ENGINE_ROOT + "/config.json"
@@ -133,7 +133,7 @@ print(json.dumps({entry.name: entry.stat().st_size for entry in os.scandir(sys.a
 
 
 # Runs inside a node: the User-Agent the engine sends (the store's log is filtered on it), from whichever of the engine's
-# modules defines it (module_utils/shard_http.py today), so that moving the engine's modules around does not break this.
+# modules defines it (module_utils/_staging/http.py today), so that moving the engine's modules around does not break this.
 FIND_USER_AGENT = r"""
 import importlib, sys
 importlib.import_module("%s")
@@ -320,7 +320,7 @@ class Lab(object):
         for node in NODES:
             shell(node, "rm -rf %s && mkdir -p %s" % (ENGINE_ROOT, ENGINE_DIR))
             docker("cp", source + "/.", "%s:%s" % (node, ENGINE_DIR))
-            # No __init__.py anywhere: Python 3 imports each directory of the path as an implicit namespace package.
+            # No __init__.py above module_utils: Python 3 imports each directory of the path as an implicit namespace package.
             agent = docker("exec", "-e", "PYTHONPATH=" + ENGINE_ROOT, node, "python3", "-c", FIND_USER_AGENT % ENGINE_MODULE).strip()
             if self.user_agent not in (None, agent):
                 raise BenchError("the engine reports user agent %r on %s and %r elsewhere" % (agent, node, self.user_agent))

@@ -17,7 +17,10 @@ import sys
 
 from _server import find_command
 
-ENGINE_MODULE = "ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer"
+MODULE_UTILS = ("ansible_collections", "dlinfra", "gpu_cluster", "plugins", "module_utils")
+# Where a checkout keeps the engine's entry point (run with python -m) and its journal module: the private package
+# _staging, or, in a checkout from before the engine moved there (--engine-b), one shard_*.py module each.
+ENGINE_LAYOUTS = ((("_staging", "transfer"), ("_staging", "journal.py")), (("shard_transfer",), ("shard_dest.py",)))
 COLLECTIONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "collections")
 # The role's default (shard_staging_concurrency); peers get twice as many parallel transfers.
 ENGINE_CONCURRENCY = 8
@@ -101,10 +104,11 @@ class Fetcher(object):
 
 
 class Engine(Fetcher):
-    """shard_transfer.stage() through its command-line entry point: a fresh Python process, as the module's is."""
+    """The engine's stage() (_staging/transfer.py) through its command-line entry point: a fresh Python process, as the
+    module's is."""
 
     name = "engine"
-    label = "shard_transfer (this role)"
+    label = "engine (this role)"
     collections_dir = COLLECTIONS_DIR
 
     def _write_inputs(self, case, shards, dest):
@@ -112,7 +116,7 @@ class Engine(Fetcher):
         config = {"shards_file": shard_list, "dest": dest, "concurrency": ENGINE_CONCURRENCY}
         with open(self._path("config.json"), "w") as handle:
             json.dump(config, handle)
-        return [sys.executable, "-m", ENGINE_MODULE, self._path("config.json")]
+        return [sys.executable, "-m", engine_layout(self.collections_dir)[0], self._path("config.json")]
 
     def fetch(self):
         env = dict(os.environ, PYTHONPATH=self.collections_dir + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -138,17 +142,28 @@ class EngineInlineList(Engine):
     journal, as on a re-run whose shard-list file differs from the last complete run's."""
 
     name = "engine-inline"
-    label = "shard_transfer, list inline (parsed and planned)"
+    label = "engine, list inline (parsed and planned)"
 
     def _write_inputs(self, case, shards, dest):
         with open(self._path("config.json"), "w") as handle:
             json.dump({"shards": shards, "dest": dest, "concurrency": ENGINE_CONCURRENCY}, handle)
-        return [sys.executable, "-m", ENGINE_MODULE, self._path("config.json")]
+        return [sys.executable, "-m", engine_layout(self.collections_dir)[0], self._path("config.json")]
+
+
+def engine_layout(collections_dir):
+    """(the engine's entry module, the path of its journal module) in the checkout under collections_dir."""
+    module_utils = os.path.join(collections_dir, *MODULE_UTILS)
+    for entry, journal in ENGINE_LAYOUTS:
+        if os.path.isfile(os.path.join(module_utils, *entry) + ".py"):
+            break
+    else:
+        entry, journal = ENGINE_LAYOUTS[0]
+    return ".".join(MODULE_UTILS + entry), os.path.join(module_utils, *journal)
 
 
 def journal_version(collections_dir):
-    """The journal format of the engine under collections_dir (JOURNAL_VERSION in its shard_dest.py; 1 where it has none)."""
-    path = os.path.join(collections_dir, "ansible_collections", "dlinfra", "gpu_cluster", "plugins", "module_utils", "shard_dest.py")
+    """The journal format of the engine under collections_dir (JOURNAL_VERSION in its journal module; 1 where it has none)."""
+    path = engine_layout(collections_dir)[1]
     try:
         with open(path) as handle:
             found = re.search(r"^JOURNAL_VERSION = (\d+)$", handle.read(), re.MULTILINE)
@@ -163,7 +178,7 @@ def engine_from(checkout, letter="b"):
     collections_dir = os.path.join(os.path.abspath(checkout), "collections")
     if not os.path.isdir(os.path.join(collections_dir, "ansible_collections", "dlinfra", "gpu_cluster", "plugins")):
         raise ValueError("%s is not a checkout of this repository (no collections/ansible_collections/dlinfra/gpu_cluster)" % checkout)
-    label = "shard_transfer of %s" % os.path.basename(os.path.abspath(checkout))
+    label = "engine of %s" % os.path.basename(os.path.abspath(checkout))
     return type("Engine" + letter.upper(), (Engine,), {"name": "engine-" + letter, "label": label, "collections_dir": collections_dir})
 
 

@@ -240,7 +240,7 @@ class Bench(object):
         # The run before a re-run was given the same shard-list file (the HTTP one, not the seeding's file:// one).
         self.log("%s: one untimed run with the HTTP shard list, as the run before a re-run" % case.title)
         check_engine(engine.fetch())
-        measures = [Measure("engine", "shard_transfer re-run (journal)", engine.fetch, after=check_engine, warm=engine.warm)]
+        measures = [Measure("engine", "engine re-run (journal)", engine.fetch, after=check_engine, warm=engine.warm)]
         inline = EngineInlineList(self.path("scratch", "noop-inline"), self.settings["timeout"])
         inline.prepare(case, case.shards, staged)
         measures.append(Measure(inline.name, inline.label + " re-run", inline.fetch, after=check_engine, warm=inline.warm))

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Wait for a node's async shard_fetch job and return its result: the job looked at from here, so that a run of hours
 prints no "retrying" line per node every few seconds. Instead, every progress_interval seconds, it reads the progress
-file the engine keeps in dest (see module_utils/shard_progress) and prints one line for the node, and, once per interval
-for all the nodes, a cluster-wide total; at the end a summary line per node.
+file the engine keeps in dest (see module_utils/_staging/progress.py) and prints one line for the node, and, once per
+interval for all the nodes, a cluster-wide total; at the end a summary line per node.
 
 The nodes' waits run in separate worker processes (forks), so the total is built from files: each wait posts its node's
 latest progress into a directory on the controller named after the run's progress id, and the first wait whose turn it
@@ -25,7 +25,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, parse_progress
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME, parse_progress
 
 display = Display()
 

@@ -17,9 +17,8 @@ from urllib.parse import unquote, urlsplit
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import basic_authorization
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url, split_user_info
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization, redact_url, split_user_info
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     host_shards, host_streamed, make_plan, peer_roles, rank_split)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
@@ -42,7 +41,7 @@ _USER_INFO_RE = re.compile(r"://[^/@\s]*@")
 
 class SourceAccess(object):
     """How the planner reaches a dataset's store, as the engine on the nodes does: the dataset's headers and Basic
-    credentials (url_username / url_password, else the user info of its source URLs), its proxy (shard_proxy: the
+    credentials (url_username / url_password, else the user info of its source URLs), its proxy (proxy_rules: the
     environment's, read as curl reads it, unless the dataset names one; no_proxy either way) and its CA bundle.
     Credentials go to the store's origin only: a redirect does not carry them."""
 

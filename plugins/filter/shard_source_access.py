@@ -4,7 +4,7 @@
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url, split_user_info
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url, split_user_info
 
 KEYS = ("headers", "url_username", "url_password", "proxy", "ca_file")
 SECRET_KEYS = ("headers", "url_password", "proxy")

@@ -379,10 +379,10 @@ journal:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, load_peer_file, load_shards_file, normalize_shards
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile, load_peer_file, load_shards_file, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 FAILURES_IN_MESSAGE = 20
 

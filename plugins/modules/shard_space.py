@@ -99,8 +99,8 @@ import socket
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME, Journal, nearest_existing
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME, Journal, nearest_existing
 
 
 def route_address():

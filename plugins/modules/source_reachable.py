@@ -112,8 +112,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 APT_PROXY = re.compile(r'^Acquire::(https?)::Proxy "([^"]*)";$')
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
@@ -133,7 +133,7 @@ def apt_proxies(dump):
 def chosen_proxy(url, setting=None):
     """(the proxy URL a request to url goes through, '' for none; an error, '' for none). setting None: the environment's
     proxy variables; else that proxy ('' for none). Decided as the staging engine decides it, the way curl does
-    (module_utils/shard_proxy.py): no_proxy applies either way."""
+    (module_utils/proxy_rules.py): no_proxy applies either way."""
     parts = urlsplit(url)
     try:
         proxy = Proxies(setting, os.environ).for_origin(parts.scheme, parts.hostname or "")

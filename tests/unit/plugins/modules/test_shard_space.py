@@ -7,7 +7,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules import shard_space
 
 

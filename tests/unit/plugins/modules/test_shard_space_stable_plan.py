@@ -32,8 +32,8 @@ import sys
 import time
 import types
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import PART_SUFFIX
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import PART_SUFFIX
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import host_shards, make_plan
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules.shard_space import measure
 
@@ -102,7 +102,7 @@ def start_engine(tmp_path, host, shards, dest, round_number, **settings):
     path = tmp_path / ("%s-%d.json" % (host, round_number))
     path.write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "collections"))
-    return subprocess.Popen([sys.executable, "-m", shard_transfer.__name__, str(path)], env=env,
+    return subprocess.Popen([sys.executable, "-m", transfer.__name__, str(path)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules.shard_verify import verify
 
 

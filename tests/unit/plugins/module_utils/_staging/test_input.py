@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_input
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import input as engine_input
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 from engine_helpers import FAST
 
@@ -53,13 +54,13 @@ def test_a_bad_shard_anywhere_in_a_long_list_is_named(tmp_path, bad, problem, po
     shards.insert({0: 0, 1: 25, 2: 50}[position], dict(bad))
     shards.append({"name": "good.tar", "url": "http://127.0.0.1/good"})
     with pytest.raises(StagingError, match="invalid shard list") as raised:
-        shard_input.normalize_shards(shards)
+        engine_input.normalize_shards(shards)
     assert problem in str(raised.value)
 
 
 def test_uppercase_digests_are_accepted_and_lowered():
-    shards = shard_input.normalize_shards([{"name": "a.tar", "url": "file:///a", "sha256": "AB" * 32},
-                                           {"name": "b.tar", "url": "file:///b", "sha256": "ab" * 32}])
+    shards = engine_input.normalize_shards([{"name": "a.tar", "url": "file:///a", "sha256": "AB" * 32},
+                                            {"name": "b.tar", "url": "file:///b", "sha256": "ab" * 32}])
     assert [shard.sha256 for shard in shards] == ["ab" * 32, "ab" * 32]
 
 
@@ -73,10 +74,10 @@ def test_shards_file_accepts_a_list_or_an_object(tmp_path):
     shards = [{"name": "a.tar", "url": "http://127.0.0.1/a.tar"}]
     (tmp_path / "list.json").write_text(json.dumps(shards))
     (tmp_path / "object.json").write_text(json.dumps({"shards": shards}))
-    assert shard_input.load_shards_file(str(tmp_path / "list.json")) == shards
-    assert shard_input.load_shards_file(str(tmp_path / "object.json")) == shards
+    assert engine_input.load_shards_file(str(tmp_path / "list.json")) == shards
+    assert engine_input.load_shards_file(str(tmp_path / "object.json")) == shards
     with pytest.raises(StagingError, match="cannot read shards_file"):
-        shard_input.load_shards_file(str(tmp_path / "absent.json"))
+        engine_input.load_shards_file(str(tmp_path / "absent.json"))
 
 
 @pytest.mark.parametrize("url, shown", [
@@ -88,4 +89,4 @@ def test_shards_file_accepts_a_list_or_an_object(tmp_path):
     ("file:///data/a.tar", "file:///data/a.tar"),
 ])
 def test_redact_url_hides_user_info_and_query_values(url, shown):
-    assert shard_input.redact_url(url) == shown
+    assert redact_url(url) == shown

@@ -6,10 +6,9 @@ import hashlib
 import itertools
 import json
 import re
-from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import STATE_SUFFIX, cyclic_gc_paused
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import STATE_SUFFIX, cyclic_gc_paused
 
 MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
 _URL_PREFIXES = ("http://", "https://", "file://")
@@ -187,31 +186,3 @@ def normalize_shards(raw_shards, max_problems=20):
         listed = "; ".join(problems[:max_problems]) + ("; and %d more" % more if more > 0 else "")
         raise StagingError("invalid shard list: %s" % listed)
     return shards
-
-
-def redact_url(url):
-    """url as it may be shown, returned or written: its user info as ``***`` and the value of every query parameter as
-    ``***`` (signed URLs carry their signature there). URLs without either come back unchanged."""
-    if not isinstance(url, str) or ("@" not in url and "?" not in url):
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a URL that cannot be parsed>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    query = "&".join(item.partition("=")[0] + ("=***" if "=" in item else "") for item in parts.query.split("&")) if parts.query else ""
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def split_user_info(url):
-    """(url without its user info, user, password): user and password percent-decoded, None when the URL has none."""
-    if not isinstance(url, str) or "@" not in url:
-        return url, None, None
-    parts = urlsplit(url)
-    if parts.username is None:
-        return url, None, None
-    netloc = parts.netloc.rpartition("@")[2]
-    return (urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), unquote(parts.username),
-            unquote(parts.password) if parts.password is not None else None)

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
 
 from engine_helpers import fingerprint, outside_target, plant_link
 

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_fetcher
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import fetcher
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
 
 from engine_helpers import FAST
 
@@ -104,7 +104,7 @@ def test_https_goes_through_the_proxy_with_connect(tmp_path, forward_proxy, monk
     threading.Thread(target=serve_once, daemon=True).start()
     monkeypatch.setenv("https_proxy", forward_proxy.url)
     real_default_context = ssl.create_default_context
-    monkeypatch.setattr(shard_fetcher.ssl, "create_default_context", lambda **kwargs: real_default_context(cafile=cert))
+    monkeypatch.setattr(fetcher.ssl, "create_default_context", lambda **kwargs: real_default_context(cafile=cert))
     url = "https://127.0.0.1:%d/t.tar" % port
 
     result = stage([{"name": "t.tar", "url": url, "size": len(body)}], str(tmp_path / "dest"), retries=0, **FAST)

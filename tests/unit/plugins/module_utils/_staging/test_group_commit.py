@@ -18,19 +18,19 @@ import textwrap
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_dest, shard_partial, shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import journal as engine_journal, partial as engine_partial, workers
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 from engine_helpers import journal_entries, read_journal
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 KIB = 1024
 MIB = 1024 * 1024
 
 needs_trusted_syncfs = pytest.mark.skipif(
-    not os.path.isdir("/proc/self") or shard_dest.trusted_syncfs(os.path.dirname(os.path.abspath(__file__))) is None,
+    not os.path.isdir("/proc/self") or engine_journal.trusted_syncfs(os.path.dirname(os.path.abspath(__file__))) is None,
     reason="group commit needs a trusted syncfs (Linux >= 5.8 on ext4/xfs/btrfs/f2fs) where the tests run")
 
 
@@ -66,11 +66,11 @@ class StepLog(object):
     def __init__(self, monkeypatch, syncfs_works=True):
         self.events = []
         self.syncfs_calls = 0
-        real_trusted = shard_transfer.trusted_syncfs
+        real_trusted = workers.trusted_syncfs
         real_fsync = os.fsync
-        real_complete = shard_partial.Partial.complete
-        real_publish = shard_partial.Partial.publish
-        real_write = shard_dest.write_atomically
+        real_complete = engine_partial.Partial.complete
+        real_publish = engine_partial.Partial.publish
+        real_write = engine_journal.write_atomically
         log = self
 
         def trusted(path):
@@ -106,11 +106,11 @@ class StepLog(object):
                 log.events.append(("journal", frozenset(journal_entries(data))))
             real_write(path, data)
 
-        monkeypatch.setattr(shard_transfer, "trusted_syncfs", trusted)
-        monkeypatch.setattr(shard_transfer.os, "fsync", fsync)
-        monkeypatch.setattr(shard_partial.Partial, "complete", complete)
-        monkeypatch.setattr(shard_partial.Partial, "publish", publish)
-        monkeypatch.setattr(shard_dest, "write_atomically", write_atomically)
+        monkeypatch.setattr(workers, "trusted_syncfs", trusted)
+        monkeypatch.setattr(workers.os, "fsync", fsync)
+        monkeypatch.setattr(engine_partial.Partial, "complete", complete)
+        monkeypatch.setattr(engine_partial.Partial, "publish", publish)
+        monkeypatch.setattr(engine_journal, "write_atomically", write_atomically)
 
     def index(self, event):
         return self.events.index(event)
@@ -178,9 +178,9 @@ def test_without_trusted_syncfs_every_shard_is_fsynced(tmp_path, make_shards, mo
     if why == "group commit off":
         settings["group_commit_bytes"] = 0
     elif why == "untrusted filesystem":
-        monkeypatch.setattr(shard_dest, "filesystem_type", lambda path: "fuse.sshfs")
+        monkeypatch.setattr(engine_journal, "filesystem_type", lambda path: "fuse.sshfs")
     else:
-        monkeypatch.setattr(shard_dest.os, "uname", lambda: os.uname_result(("Linux", "n", "5.4.0-150-generic", "#1", "x86_64")))
+        monkeypatch.setattr(engine_journal.os, "uname", lambda: os.uname_result(("Linux", "n", "5.4.0-150-generic", "#1", "x86_64")))
     steps = StepLog(monkeypatch)
     dest = str(tmp_path / "dest")
 
@@ -215,13 +215,13 @@ def test_a_failed_syncfs_fails_its_batch_and_publishes_nothing(tmp_path, make_sh
 
 
 def test_kernel_release_parsing():
-    assert shard_dest.kernel_release("6.1.0-18-amd64") == (6, 1)
-    assert shard_dest.kernel_release("5.15.0-91-generic") == (5, 15)
-    assert shard_dest.kernel_release("weird") is None
+    assert engine_journal.kernel_release("6.1.0-18-amd64") == (6, 1)
+    assert engine_journal.kernel_release("5.15.0-91-generic") == (5, 15)
+    assert engine_journal.kernel_release("weird") is None
 
 
 def test_filesystem_type_of_proc_and_of_a_missing_mountinfo(monkeypatch):
-    assert shard_dest.filesystem_type("/proc") == "proc"
+    assert engine_journal.filesystem_type("/proc") == "proc"
     real_open = open
 
     def refuse_mountinfo(path, *args):
@@ -230,7 +230,7 @@ def test_filesystem_type_of_proc_and_of_a_missing_mountinfo(monkeypatch):
         return real_open(path, *args)
 
     monkeypatch.setattr("builtins.open", refuse_mountinfo)
-    assert shard_dest.filesystem_type("/proc") is None
+    assert engine_journal.filesystem_type("/proc") is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_filesystem_type_of_proc_and_of_a_missing_mountinfo(monkeypatch):
 # Runs stage() in a child process that dies (os._exit, no cleanup, like kill -9) at one step of the group commit.
 CRASHING_CHILD = textwrap.dedent("""\
     import json, os, sys
-    from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_dest, shard_partial, shard_transfer as engine
+    from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import journal, partial, transfer as engine, workers
 
     config = json.load(open(sys.argv[1]))
     point, count = config.pop("crash_point"), config.pop("crash_count")
@@ -249,7 +249,7 @@ CRASHING_CHILD = textwrap.dedent("""\
     def die():
         os._exit(77)
 
-    real_trusted = engine.trusted_syncfs
+    real_trusted = workers.trusted_syncfs
 
     def trusted(path):
         real = real_trusted(path)
@@ -265,7 +265,7 @@ CRASHING_CHILD = textwrap.dedent("""\
                 die()
         return syncfs
 
-    real_publish = shard_partial.Partial.publish
+    real_publish = partial.Partial.publish
 
     def publish(part):
         if point == "mid-renames" and seen[0] == count:
@@ -276,10 +276,10 @@ CRASHING_CHILD = textwrap.dedent("""\
     def save(journal):
         die()
 
-    engine.trusted_syncfs = trusted
-    shard_partial.Partial.publish = publish
+    workers.trusted_syncfs = trusted
+    partial.Partial.publish = publish
     if point == "before-journal":
-        shard_dest.Journal.save = save
+        journal.Journal.save = save
     engine.stage(**config)
     os._exit(0)
 """)

@@ -14,8 +14,8 @@ import os
 import signal
 import time
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import LOCK_NAME, UnsafeFileError, open_nofollow
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import LOCK_NAME, UnsafeFileError, open_nofollow
 
 IF_LOCKED = ("wait", "stop", "fail")
 STOP_GRACE_SECONDS = 30.0

@@ -8,7 +8,7 @@ From the environment: ``http_proxy`` for http:// URLs (lower case only, as curl 
 reached directly: ``*`` for every host, a name for itself and every name under it (a leading dot is
 ignored), an IP address, or an IP network in CIDR notation; ports are not compared. An explicit proxy (the
 dataset's ``proxy``) replaces the environment's proxy variables, ``""`` meaning none; ``no_proxy`` still applies.
-Both the planner on the controller and the engine on the nodes use this module.
+The planner on the controller, the source_reachable module and the engine on the nodes use this module.
 """
 
 import base64

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_dest
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import journal as engine_journal
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
     JOURNAL_NAME, LOCK_NAME, UnsafeFileError, open_nofollow, write_atomically)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 from engine_helpers import FAST, KIB, fingerprint, outside_target, plant_link, read_journal, visible
 
@@ -121,8 +121,8 @@ def _in_process_scan(path):
 
 def test_the_forked_scan_finds_what_an_in_process_scan_finds(tmp_path, monkeypatch):
     _tree(tmp_path, 300)
-    monkeypatch.setattr(shard_dest.DirectoryScan, "ENTRIES_PER_WORKER", 50)
-    scan = shard_dest.DirectoryScan(str(tmp_path), 4)
+    monkeypatch.setattr(engine_journal.DirectoryScan, "ENTRIES_PER_WORKER", 50)
+    scan = engine_journal.DirectoryScan(str(tmp_path), 4)
     assert len(scan.workers) == 4
     found, states = scan.collect()
     assert found == _in_process_scan(tmp_path)
@@ -132,16 +132,16 @@ def test_the_forked_scan_finds_what_an_in_process_scan_finds(tmp_path, monkeypat
 def test_a_failed_scan_worker_changes_nothing_but_who_does_the_work(tmp_path, monkeypatch):
     _tree(tmp_path, 300)
     parent = os.getpid()
-    real_lstat = shard_dest.DirectoryScan._lstat
+    real_lstat = engine_journal.DirectoryScan._lstat
 
     def lstat_dies_in_workers(self, names):
         if os.getpid() != parent:
             raise OSError(errno.EIO, "simulated")
         return real_lstat(self, names)
 
-    monkeypatch.setattr(shard_dest.DirectoryScan, "ENTRIES_PER_WORKER", 50)
-    monkeypatch.setattr(shard_dest.DirectoryScan, "_lstat", lstat_dies_in_workers)
-    scan = shard_dest.DirectoryScan(str(tmp_path), 2)
+    monkeypatch.setattr(engine_journal.DirectoryScan, "ENTRIES_PER_WORKER", 50)
+    monkeypatch.setattr(engine_journal.DirectoryScan, "_lstat", lstat_dies_in_workers)
+    scan = engine_journal.DirectoryScan(str(tmp_path), 2)
     assert len(scan.workers) == 2
     assert scan.collect()[0] == _in_process_scan(tmp_path)
 
@@ -150,7 +150,7 @@ def test_an_uncollected_scan_is_closed_without_waiting_on_full_pipes(tmp_path, m
     # 20,000 entries marshal to far more than a pipe holds: close() must not wait for a worker stuck writing.
     for index in range(20000):
         os.close(os.open(str(tmp_path / ("%05d-a-longer-shard-name.tar" % index)), os.O_CREAT | os.O_WRONLY))
-    scan = shard_dest.DirectoryScan(str(tmp_path), 2)
+    scan = engine_journal.DirectoryScan(str(tmp_path), 2)
     pids = [worker[0] for worker in scan.workers]
     assert len(pids) == 2
     time.sleep(0.5)
@@ -232,7 +232,7 @@ def test_a_link_planted_at_the_temporary_name_itself_is_skipped_not_followed(tmp
     path = tmp_path / "list.txt"
     plant_link("%s.tmp.guessed" % path, target)
     tokens = iter(["guessed", "fresh"])
-    monkeypatch.setattr(shard_dest, "_temp_token", lambda: next(tokens))
+    monkeypatch.setattr(engine_journal, "_temp_token", lambda: next(tokens))
 
     write_atomically(str(path), b"new\n")
 

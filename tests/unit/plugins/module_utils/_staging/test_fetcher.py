@@ -7,7 +7,7 @@ import hashlib
 import os
 
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 from engine_helpers import FAST, KIB, MIB, assert_staged, hidden_partials, visible
 

@@ -16,9 +16,9 @@ import webdataset
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     ShardPlanError, make_plan, node_shards, node_streamed)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "fixtures"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[4] / "fixtures"))
 import make_dataset  # noqa: E402  (the tests' dataset fixture)
 
 SHARDS, SAMPLES = 24, 5

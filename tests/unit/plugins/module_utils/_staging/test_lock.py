@@ -9,16 +9,16 @@ import threading
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import LOCK_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_lock import DirectoryLock
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import LOCK_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.lock import DirectoryLock
 
-COLLECTIONS = pathlib.Path(__file__).resolve().parents[4] / "collections"
+COLLECTIONS = pathlib.Path(__file__).resolve().parents[5] / "collections"
 # A stand-in for an earlier run's fetch: takes dest's lock as the engine does, says so, and holds it until its stdin
 # closes (or it is signalled). Its command line names shard_fetch, as the engine's does.
 HOLDER = """# shard_fetch stand-in
 import sys
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_lock import DirectoryLock
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.lock import DirectoryLock
 lock = DirectoryLock(sys.argv[1])
 lock.acquire()
 print("locked", flush=True)

@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import PART_SUFFIX, unlink_quietly, write_atomically
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import PART_SUFFIX, unlink_quietly, write_atomically
 
 PROGRESS_NAME = ".shard_fetch.progress"
 PROGRESS_VERSION = 1

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 from engine_helpers import FAST, KIB, MIB, assert_staged, hidden_partials, read_journal, snapshot, visible
 
 

@@ -22,7 +22,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, unquote
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
 
 SHARD_PATH = "/shards/"
 DONE_PATH = "/done/"
@@ -356,7 +356,7 @@ PEER_KEYS = {"node": str, "address": str, "port": int, "token": str, "peers": di
 
 
 def peer_settings(peer):
-    """The settings of a peer-assisted run (see shard_transfer.stage()'s ``peer``), checked, with defaults filled in."""
+    """The settings of a peer-assisted run (see transfer.stage()'s ``peer``), checked, with defaults filled in."""
     if not isinstance(peer, dict) or set(peer) - set(PEER_KEYS):
         raise StagingError("peer must be a mapping of %s" % ", ".join(sorted(PEER_KEYS)))
     settings = dict(address="", port=0, peers={}, sources={}, downstream=[], wait=120.0, linger=60.0)

@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_input
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import input as engine_input
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 from engine_helpers import FAST, KIB, assert_staged
 
@@ -130,5 +130,5 @@ def test_an_inline_list_leaves_the_record_unless_it_changes_the_journal(staged, 
 
 
 def test_an_unreadable_list_file_is_a_staging_error(tmp_path):
-    with pytest.raises(shard_input.StagingError, match="cannot read shards_file"):
+    with pytest.raises(engine_input.StagingError, match="cannot read shards_file"):
         ShardListFile(str(tmp_path / "absent.json"))

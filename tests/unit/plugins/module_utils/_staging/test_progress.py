@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import (
     PROGRESS_NAME, Progress, in_flight_bytes, parse_progress, pid_alive, read_progress)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 from engine_helpers import FAST, KIB, REPO_ROOT, assert_staged, visible
 
 COUNTS = dict(fetched=0, fetched_bytes=0, resumed=0, confirmed=0, verified=0, repaired=0, removed=0, from_peers=0)
@@ -113,7 +113,7 @@ def test_a_run_that_raises_removes_its_progress_file(tmp_path, make_shards, monk
         assert os.path.exists(os.path.join(dest, PROGRESS_NAME))
         raise RuntimeError("broken after the progress file was written")
 
-    monkeypatch.setattr(shard_transfer._Run, "prune", broken)
+    monkeypatch.setattr(transfer._Run, "prune", broken)
     with pytest.raises(RuntimeError):
         stage(shards, dest, prune=True, progress_interval=0.05, progress_id="r", **FAST)
     assert visible(dest) == ["a.tar"]
@@ -135,7 +135,7 @@ def test_a_killed_run_leaves_a_file_that_is_never_shown_as_current(tmp_path, mak
                   **FAST)
     (tmp_path / "config.json").write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "collections"))
-    child = subprocess.Popen([sys.executable, "-m", shard_transfer.__name__, str(tmp_path / "config.json")], env=env,
+    child = subprocess.Popen([sys.executable, "-m", transfer.__name__, str(tmp_path / "config.json")], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import Shard
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import ChecksumError, LocalError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import Shard
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.partial import Partial
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 from engine_helpers import FAST, KIB, MIB, REPO_ROOT, assert_staged, fingerprint, hidden_partials, outside_target, plant_link, read_journal, visible
 
@@ -92,7 +92,7 @@ def test_kill_minus_9_mid_transfer_then_rerun_completes(tmp_path, make_shards, s
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "collections"))
-    child = subprocess.Popen([sys.executable, "-m", shard_transfer.__name__, str(config_path)], env=env,
+    child = subprocess.Popen([sys.executable, "-m", transfer.__name__, str(config_path)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     journal_path = os.path.join(dest, JOURNAL_NAME)
 

@@ -17,14 +17,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import JOURNAL_NAME
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import JOURNAL_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.peer import PeerServer, PeerSources
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 TOKEN = "t0k3n-of-this-run-0123456789"
 KIB = 1024
 NODES = ("n1", "n2", "n3", "n4")
@@ -149,7 +149,7 @@ def test_a_peer_killed_mid_run_then_a_rerun_completes_it(tmp_path, make_shards, 
     config_path = tmp_path / "n1.json"
     config_path.write_text(json.dumps(config))
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "collections"))
-    child = subprocess.Popen([sys.executable, "-m", shard_transfer.__name__, str(config_path)], env=env,
+    child = subprocess.Popen([sys.executable, "-m", transfer.__name__, str(config_path)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     others = {}
     threads = [threading.Thread(target=lambda n=n: others.update({n: stage(shards, str(tmp_path / n), concurrency=3,

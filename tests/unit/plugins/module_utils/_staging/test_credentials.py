@@ -10,11 +10,11 @@ import threading
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_fetcher
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_handoff import write_handoff
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import basic_authorization
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import fetcher
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization
 
 from engine_helpers import FAST, KIB
 
@@ -109,4 +109,4 @@ def test_a_private_ca_is_refused_naming_the_host_then_accepted_with_ca_file(tmp_
     assert "ca_file" in failure["reason"]
     assert (accepted["fetched"], accepted["failed_shards"]) == (1, [])
     assert (tmp_path / "accepted" / "p.tar").read_bytes() == b"private" * 100
-    assert shard_fetcher.ssl is ssl
+    assert fetcher.ssl is ssl

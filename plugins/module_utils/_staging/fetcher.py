@@ -1,12 +1,9 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How shards come into dest: one shard from its source (HTTP or file://) or from a peer, with retries; the queue the
-workers take shards from; and the group commit that makes small shards durable together."""
+"""How one shard comes into dest: from its source (HTTP or file://) or from a peer, with retries, resumed where a part
+file allows it, verified and made durable (or left to the run's group commit, see workers)."""
 
-import collections
 import errno
-import heapq
-import itertools
 import os
 import random
 import re
@@ -16,14 +13,14 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import hash_file
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import (
     ChecksumError, LocalError, PermanentError, StagingError, TransientError, describe)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import (
-    USER_AGENT, RateLimiter, basic_authorization, content_length, open_url, validator_of)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_partial import Partial
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import RETRY_SECONDS, shard_path
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.http import USER_AGENT, RateLimiter, content_length, open_url, validator_of
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import hash_file
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.partial import Partial
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.peer import shard_path
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization
 
 MIB = 1 << 20
 _CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)\Z")
@@ -81,7 +78,7 @@ class Transfer(object):
         self.source_headers = {}
         # A CA bundle (PEM file) that verifies the stores' certificates instead of the system's; None: the system's.
         self.ca_file = None
-        # The proxy for each source origin (shard_proxy); set by set_source_access().
+        # The proxy for each source origin (proxy_rules); set by set_source_access().
         self.proxies = None
         self._local = threading.local()
         self._ssl_lock = threading.Lock()
@@ -89,7 +86,7 @@ class Transfer(object):
 
     def set_source_access(self, headers=None, url_username=None, url_password=None, proxy=None, ca_file=None):
         """How the sources are reached: extra request headers (a bearer token, say), HTTP Basic credentials, the proxy
-        (None: the environment's, "": none, else its URL; see shard_proxy) and a CA bundle. Raises StagingError, naming the
+        (None: the environment's, "": none, else its URL; see proxy_rules) and a CA bundle. Raises StagingError, naming the
         setting but never a secret, for what cannot work."""
         problems = []
         headers = dict(headers or {})
@@ -418,106 +415,3 @@ class Transfer(object):
                     part.write(buffer[:count])
             if not count:
                 return
-
-
-class TaskQueue(object):
-    """The run's shards to process, in order, in two lines: those from their sources and those from peers. A shard a
-    peer does not have yet comes back after RETRY_SECONDS.
-
-    Peer-assisted, a few workers (``source_workers``) take the source line first and the others the peer line: the
-    shards this node seeds then arrive one after another, each ready for the peers early, instead of all of them
-    together at the end of the source's share, which would leave the links between the nodes idle until then.
-    """
-
-    def __init__(self, tasks, from_peer=None):
-        self.ready = collections.deque(task for task in tasks if from_peer is None or not from_peer(task[0]))
-        self.peer_ready = collections.deque(task for task in tasks if from_peer is not None and from_peer(task[0]))
-        self.later = []
-        self.order = itertools.count()
-        self.changed = threading.Condition()
-
-    def get(self, source_first=True):
-        """The next task, waiting for a deferred one when only those are left of the worker's line; None when there is
-        nothing left."""
-        with self.changed:
-            while True:
-                while self.later and self.later[0][0] <= time.monotonic():
-                    self.peer_ready.append(heapq.heappop(self.later)[2])
-                if source_first and self.ready:
-                    return self.ready.popleft()
-                if self.peer_ready:
-                    return self.peer_ready.popleft()
-                if self.ready and not self.later:
-                    return self.ready.popleft()
-                if not self.later:
-                    return None
-                self.changed.wait(self.later[0][0] - time.monotonic())
-
-    def defer(self, task):
-        with self.changed:
-            heapq.heappush(self.later, (time.monotonic() + RETRY_SECONDS, next(self.order), task))
-            self.changed.notify()
-
-
-class GroupCommit(object):
-    """Fetched small shards waiting to be made durable together: one syncfs(2) for the batch, then their renames;
-    then they are handed back for the journal, whose every save fsyncs the directory first.
-
-    Crash points: before the syncfs or before a rename, a shard is still a hidden part file, which a re-run
-    fetches again; after its rename it is whole and durable under its final name but not yet journaled, so a
-    re-run confirms it by its sha256 (or fetches it again when there is none). Nothing is ever visible under
-    its final name before it is durable, and nothing is journaled before its rename is.
-    """
-
-    # Commit early when this much is waiting, so one syncfs never has to write back an unbounded amount.
-    MAX_PENDING_BYTES = 256 * MIB
-
-    def __init__(self, dest, syncfs, interval):
-        self.syncfs = syncfs
-        self.interval = interval
-        self.pending = []
-        self.pending_bytes = 0
-        self.deadline = None
-        # Opened before any shard is written: syncfs through it reports writeback errors since this point.
-        self.fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
-
-    def close(self):
-        os.close(self.fd)
-
-    def add(self, outcome):
-        if not self.pending:
-            self.deadline = time.monotonic() + self.interval
-        self.pending.append(outcome)
-        self.pending_bytes += outcome.size
-
-    def seconds_left(self):
-        return max(0.0, self.deadline - time.monotonic()) if self.pending else None
-
-    def due(self, finished):
-        return bool(self.pending) and (finished or self.pending_bytes >= self.MAX_PENDING_BYTES or time.monotonic() >= self.deadline)
-
-    def commit(self):
-        """Make the pending shards durable and publish them; return their outcomes (failures for those that could not be)."""
-        batch, self.pending, self.pending_bytes = self.pending, [], 0
-        try:
-            self.syncfs(self.fd)
-        except OSError as exc:
-            for outcome in batch:
-                outcome.part.discard()
-            return [self._failed(outcome, "cannot make %s durable (syncfs): %s" % (outcome.part.path, describe(exc))) for outcome in batch]
-        results = []
-        for outcome in batch:
-            try:
-                outcome.part.publish()
-                outcome.part = None
-                results.append(outcome)
-            except LocalError as exc:
-                outcome.part.discard()
-                results.append(self._failed(outcome, str(exc)))
-        return results
-
-    @staticmethod
-    def _failed(outcome, reason):
-        failure = Transfer.failure(outcome.shard, reason, outcome.received)
-        failure.hashed, failure.repaired = outcome.hashed, outcome.repaired
-        return failure

@@ -20,7 +20,7 @@ import re
 import stat
 import sys
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
 
 JOURNAL_NAME = ".shard_fetch.journal"
 LOCK_NAME = ".shard_fetch.lock"

@@ -7,7 +7,7 @@ import json
 import os
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", ".."))
 KIB = 1024
 MIB = 1024 * 1024
 

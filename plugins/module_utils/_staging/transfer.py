@@ -3,6 +3,8 @@
 """Stage a node's dataset shards into a local directory, atomically and resumably.
 
 ``stage(shards, dest, ...)`` is the whole engine; the ``shard_fetch`` module and benchmarks call it.
+This module checks the settings, plans each shard against the journal and a scan of dest, prunes and
+reports; workers runs the transfers it plans.
 A shard appears under its final name only after it is complete, verified and durable; until then it
 lives in ``.NAME.part`` beside a ``.NAME.part.state`` file that records how much of it is durable and
 which source version (validator) it came from, so a later run can resume it with an HTTP Range request.
@@ -16,24 +18,23 @@ Run without Ansible: ``python -m <this module> CONFIG.json`` where CONFIG holds 
 arguments plus ``shards`` or ``shards_file``; the result is printed as JSON.
 """
 
-import collections
 import json
 import os
 import stat
 import sys
-import threading
 import time
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
-    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryScan, Journal, create_temp, cyclic_gc_paused,
-    fsync_directory, nearest_existing, trusted_syncfs, unlink_quietly)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_fetcher import SOURCE_ACCESS_KEYS, GroupCommit, Outcome, TaskQueue, Transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_lock import DirectoryLock
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import ShardListFile, normalize_shards, redact_url
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_peer import PeerServer, PeerSources, peer_settings
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_progress import PROGRESS_NAME, Progress, in_flight_bytes
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.fetcher import SOURCE_ACCESS_KEYS, Transfer
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
+    JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryScan, Journal, create_temp, cyclic_gc_paused, fsync_directory,
+    nearest_existing, unlink_quietly)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.lock import DirectoryLock
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.peer import PeerServer, PeerSources, peer_settings
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.workers import FetchingMixin
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 MIB = 1 << 20
 VERIFY_CHOICES = ("quick", "full")
@@ -70,8 +71,8 @@ def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, back
         raise StagingError("; ".join(problems))
 
 
-class _Run(object):
-    """The state of one stage() call: plan, transfers, journal updates, prune and the result."""
+class _Run(FetchingMixin):
+    """The state of one stage() call: plan, transfers (see workers.FetchingMixin), journal updates, prune and the result."""
 
     def __init__(self, shards, dest, journal_path, settings, listed=None):
         # None while a re-run may still confirm every shard from the journal without reading the list (listed, a
@@ -94,9 +95,9 @@ class _Run(object):
         self.fetch_seconds = 0.0
         self.transfer = Transfer(dest, settings["retries"], settings["timeout"], settings["backoff"], settings["backoff_max"],
                                  settings["bandwidth_limit"], settings["buffer_size"], settings["checkpoint_bytes"], self.check_mode)
-        # Peer-assisted staging (see shard_peer): the server hands this node's staged shards to the other nodes.
+        # Peer-assisted staging (see peer): the server hands this node's staged shards to the other nodes.
         self.server = None
-        # The progress file (see shard_progress), from the first transfer to the end of the run; what each worker is on.
+        # The progress file (see progress), from the first transfer to the end of the run; what each worker is on.
         self.progress = None
         self.active = []
         self.partials = {}
@@ -228,167 +229,7 @@ class _Run(object):
         self.needed = needed
         return needed
 
-    # -- transfers -------------------------------------------------------------------------------
-
-    def execute(self, tasks):
-        """Run the tasks on worker threads; apply outcomes and save the journal periodically from this thread."""
-        if self.check_mode:
-            for shard, expected in tasks:
-                if expected is None:
-                    self._apply(Outcome("would_fetch", shard))
-            tasks = [task for task in tasks if task[1] is not None]
-        if not tasks:
-            return
-        started = time.monotonic()
-        group = self._group_commit()
-        progress = self.progress = self._start_progress()
-        try:
-            self._run_workers(tasks, group)
-        finally:
-            if group is not None:
-                group.close()
-                self.transfer.group_commit_bytes = -1
-            if progress is not None:
-                # What a poller sees while the run prunes, saves its journal and serves its peers: the final numbers.
-                progress.write(self.counts, self.failed, "finishing")
-                self.warnings.extend([progress.error] if progress.error else [])
-        self.fetch_seconds = time.monotonic() - started
-
-    def _start_progress(self):
-        if self.settings["progress_interval"] is None or self.check_mode:
-            return None
-        progress = Progress(os.path.join(self.dest, PROGRESS_NAME), self.settings["progress_interval"],
-                            self.settings["progress_id"], len(self.names), self.needed,
-                            lambda: in_flight_bytes(self.dest, self.active, self.partials))
-        progress.write(self.counts, self.failed)
-        return progress
-
-    def _group_commit(self):
-        """A GroupCommit for this run's small shards, or None: every shard is then fsynced on its own."""
-        if self.check_mode or not self.settings["group_commit_bytes"]:
-            return None
-        syncfs = trusted_syncfs(self.dest)
-        if syncfs is None:
-            return None
-        group = GroupCommit(self.dest, syncfs, self.settings["commit_interval"])
-        self.transfer.group_commit_bytes = self.settings["group_commit_bytes"]
-        return group
-
-    def _run_workers(self, tasks, group):
-        # Outcomes go into a deque that this thread drains once per tick (the group commit interval) instead of
-        # waking for each of them: with thousands of small shards a wake-up per shard cost more than the shard.
-        peers = self.transfer.peers
-        todo = TaskQueue(tasks, None if peers is None else lambda shard: peers.peer_for(shard.name) is not None)
-        done, wake = collections.deque(), threading.Event()
-        count = min(self.settings["concurrency"], len(tasks))
-        source_workers = count if peers is None else max(1, count // 4)
-        self.active = [None] * count
-        workers = [threading.Thread(target=self._work, args=(todo, done, wake, index < source_workers, index),
-                                    name="shard-fetch-%d" % index, daemon=True)
-                   for index in range(count)]
-        for worker in workers:
-            worker.start()
-        interval = self.settings["journal_interval"]
-        tick = self.settings["commit_interval"]
-        next_save = time.monotonic() + interval
-        progress = self.progress
-        remaining = len(tasks)
-        while remaining or (group is not None and group.pending):
-            if remaining:
-                left = group.seconds_left() if group is not None and group.pending else None
-                wake.wait(tick if left is None else min(tick, left))
-                wake.clear()
-            while done:
-                outcome = done.popleft()
-                remaining -= 1
-                if outcome.part is not None:
-                    group.add(outcome)
-                else:
-                    self._apply(outcome)
-            if group is not None and group.due(finished=not remaining):
-                for committed in group.commit():
-                    self._apply(committed)
-            now = time.monotonic()
-            if not self.check_mode and self.journal.dirty and now >= next_save:
-                self._save_journal(during_run=True)
-                next_save = time.monotonic() + interval
-            if progress is not None and progress.due(now):
-                progress.write(self.counts, self.failed)
-        for worker in workers:
-            worker.join()
-
-    def _work(self, todo, done, wake, source_first, index):
-        transfer = self.transfer
-        conns = transfer._local.conns = Connections(self.settings["timeout"], transfer.ssl_context, transfer.proxies)
-        try:
-            while True:
-                task = todo.get(source_first)
-                if task is None:
-                    return
-                shard, expected = task
-                self.active[index] = shard
-                try:
-                    outcome = transfer.process(shard, expected, conns)
-                except Exception as exc:  # pylint: disable=broad-except
-                    # A bug must cost one shard, not hang the run waiting for its outcome.
-                    outcome = transfer.failure(shard, "internal error: %r" % exc)
-                self.active[index] = None
-                if outcome.kind == "deferred":
-                    todo.defer(task)
-                else:
-                    done.append(outcome)
-        finally:
-            conns.close()
-            wake.set()
-
-    def _apply(self, outcome):
-        counts = self.counts
-        shard = outcome.shard
-        counts["fetched_bytes"] += outcome.received
-        if outcome.hashed:
-            counts["verified"] += 1
-        if outcome.kind == "confirmed":
-            counts["confirmed"] += 1
-            previous = self.journal.entries.get(shard.name)
-            validator = previous[3] if previous and len(previous) > 3 else None
-            self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, validator)
-            if self.server is not None:
-                self.server.publish(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256)
-        elif outcome.kind in ("fetched", "would_fetch"):
-            counts["fetched"] += 1
-            counts["resumed"] += int(outcome.resumed)
-            counts["repaired"] += int(outcome.repaired)
-            if outcome.kind == "would_fetch":
-                counts["fetched_bytes"] += shard.size or 0
-            else:
-                self.journal.record(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256, outcome.validator)
-                if self.server is not None:
-                    self.server.publish(shard.name, outcome.size, outcome.mtime_ns, outcome.sha256)
-            if outcome.peer is not None:
-                counts["from_peers"] += 1
-            if len(self.fetched_names) < self.report_limit:
-                self.fetched_names.append(shard.name)
-        else:
-            reason = outcome.reason
-            if outcome.repaired and self._withdraw_corrupt(shard):
-                reason += "; the corrupt staged copy was removed"
-            self._record_failure(shard, reason)
-            if self.server is not None:
-                self.server.fail(shard.name)
-
-    def _withdraw_corrupt(self, shard):
-        """Remove a staged shard that failed verification and could not be replaced, so no reader uses it."""
-        entry = self.journal.entries.get(shard.name)
-        path = os.path.join(self.dest, shard.name)
-        try:
-            info = os.lstat(path)
-            if entry is None or (info.st_size, info.st_mtime_ns) != tuple(entry[:2]):
-                return False
-            os.unlink(path)
-        except OSError:
-            return False
-        self.journal.forget(shard.name)
-        return True
+    # -- failures and the journal (the transfers are workers.FetchingMixin's) --------------------
 
     def _record_failure(self, shard, reason):
         self.failed.append({"name": shard.name, "url": redact_url(shard.url), "reason": reason})
@@ -498,17 +339,17 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     where verification is due) and reports what a real run would do. Shards of up to group_commit_bytes are made
     durable in batches (at most commit_interval seconds apart) with one syncfs(2) each where that can be trusted.
 
-    ``peer`` (peer-assisted staging, see shard_peer and _peer_settings) lets this node take some shards from the other
+    ``peer`` (peer-assisted staging, see peer and _peer_settings) lets this node take some shards from the other
     nodes of the run and serve its own to them; it is ignored in check mode.
 
     ``source_access`` (a mapping of headers, url_username, url_password, proxy, ca_file) says how the sources are reached,
     see Transfer.set_source_access(); credentials in a source URL's user info are sent as HTTP Basic authentication. URLs
     the run reports show their credentials as ``***``.
 
-    While shards are transferred, a progress file in dest (see shard_progress) that carries progress_id is rewritten at
+    While shards are transferred, a progress file in dest (see progress) that carries progress_id is rewritten at
     most every progress_interval seconds (None: never) and removed when the run ends.
 
-    ``if_locked`` (wait | stop | fail, see shard_lock) says what to do when an earlier run still stages into dest; the
+    ``if_locked`` (wait | stop | fail, see lock) says what to do when an earlier run still stages into dest; the
     result's ``earlier_run`` says what it cost (None when there was none).
     """
     started = time.monotonic()

@@ -6,10 +6,10 @@ import json
 import os
 import re
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
     UnsafeFileError, open_directory, open_nofollow, write_atomically)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import StagingError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 
 HANDOFF_LIST = "shards.txt"

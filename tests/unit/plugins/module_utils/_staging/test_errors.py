@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import (
     ChecksumError, LocalError, PermanentError, StagingError, TransientError, describe)
 
 

@@ -7,10 +7,10 @@ import hashlib
 import json
 import os
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_dest import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import ChecksumError, LocalError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
     PART_SUFFIX, STATE_SUFFIX, UnsafeFileError, open_nofollow, unlink_quietly, write_atomically)
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import ChecksumError, LocalError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 MIB = 1 << 20
 

@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import shard_fetcher
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import PermanentError
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_http import Connections, basic_authorization, open_url
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_transfer import stage
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import fetcher
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import PermanentError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.http import Connections, basic_authorization, open_url
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5)
 
@@ -193,7 +193,7 @@ def test_https_with_a_verified_certificate(tmp_path, raw_server, monkeypatch, se
                                                        "if the store uses a private CA, give its certificate as ca_file")
     assert server.connections == 1
     real_default_context = ssl.create_default_context
-    monkeypatch.setattr(shard_fetcher.ssl, "create_default_context", lambda **kwargs: real_default_context(cafile=cert))
+    monkeypatch.setattr(fetcher.ssl, "create_default_context", lambda **kwargs: real_default_context(cafile=cert))
 
     trusted = stage([shard(server.url("/x.tar", "https"))], dest, retries=0, **FAST)
 

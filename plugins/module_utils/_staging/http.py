@@ -7,7 +7,6 @@ response: that costs more CPU than the rest of a small shard's transfer. This is
 a file needs, over a plain (or TLS) socket.
 """
 
-import base64
 import errno
 import re
 import socket
@@ -16,9 +15,9 @@ import threading
 import time
 from urllib.parse import unquote, urljoin, urlsplit
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_errors import PermanentError, TransientError, describe
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_input import redact_url
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.shard_proxy import Proxies
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import PermanentError, TransientError, describe
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization, redact_url
 
 USER_AGENT = "dlinfra.gpu_cluster-shard_fetch/1"
 _REQUEST_TARGET_RE = re.compile(r"^[\x21-\x7e]+\Z")
@@ -155,7 +154,7 @@ class HttpConnection(object):
         self.port = port
         self.timeout = timeout
         self.ssl_context = ssl_context
-        # A shard_proxy.Proxy: plain HTTP is sent to it in absolute form, HTTPS goes through a CONNECT tunnel.
+        # A proxy_rules.Proxy: plain HTTP is sent to it in absolute form, HTTPS goes through a CONNECT tunnel.
         self.proxy = proxy
         name = "[%s]" % host if ":" in host else host
         self.authority = "%s:%d" % (name, port)
@@ -300,7 +299,7 @@ class HttpConnection(object):
 
 class Connections(object):
     """One worker's keep-alive HTTP/1.1 connections, one per origin (scheme, host, port, direct), each through the proxy
-    ``proxies`` names for it unless direct (peers are reached directly). proxies None: the environment's (shard_proxy)."""
+    ``proxies`` names for it unless direct (peers are reached directly). proxies None: the environment's (proxy_rules)."""
 
     def __init__(self, timeout, ssl_context, proxies=None):
         self.timeout = timeout
@@ -330,11 +329,6 @@ class Connections(object):
     def close(self):
         for origin in list(self.open):
             self.drop(origin)
-
-
-def basic_authorization(username, password):
-    """The Authorization header value of HTTP Basic authentication (RFC 7617, UTF-8)."""
-    return "Basic " + base64.b64encode(("%s:%s" % (username, password or "")).encode("utf-8")).decode("ascii")
 
 
 def open_url(url, headers, conns, credentials=None, direct=False):
