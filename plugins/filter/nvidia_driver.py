@@ -4,8 +4,10 @@
 
 import re
 
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import cuda_driver_problem, driver_plans
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
+    DriverChoiceError, cuda_driver_problem, driver_plans, node_choice)
 
 
 def nvidia_driver_plans(hostvars, hosts, groups, settings):
@@ -21,7 +23,8 @@ def nvidia_driver_plans(hostvars, hosts, groups, settings):
         node = hostvars[host].get("__nvidia_driver_node")
         if node:
             nodes[host] = dict(node, cluster=cluster_of.get(host, ""), fixed_branch=boolean(node.get("fixed_branch", False)),
-                               branch=str(node.get("branch") or ""), platform_branch=str(node.get("platform_branch") or ""))
+                               branch=str(node.get("branch") or ""), platform_branch=str(node.get("platform_branch") or ""),
+                               offered_branches=[str(b) for b in node.get("offered_branches") or []])
     return driver_plans(nodes, settings.get("consistency", "branch"))
 
 
@@ -30,6 +33,18 @@ def nvidia_driver_cuda_problem(cuda_version, branch, host, what):
     return cuda_driver_problem(host, what, cuda_version or "", branch or "")
 
 
+def nvidia_driver_node_flavor(pci_gpus, host, flavor, branches):
+    """The kernel module flavour ``host``'s GPUs get for ``flavor`` (auto, open or proprietary) on the first set branch of
+    ``branches`` (a pin, a driver version or a branch; its leading number counts), as the nvidia_driver role plans it."""
+    numbers = [re.match(r"[0-9]+", str(branch)) for branch in branches if branch]
+    branch = next((number.group(0) for number in numbers if number), None)
+    try:
+        return node_choice(host, pci_gpus or [], flavor or "auto", branch)["flavor"]
+    except DriverChoiceError as error:
+        raise AnsibleFilterError(str(error))
+
+
 class FilterModule:
     def filters(self):
-        return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem}
+        return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
+                "nvidia_driver_node_flavor": nvidia_driver_node_flavor}

@@ -11,7 +11,9 @@ kernels, GPU processes from nvidia_gpu_facts) and carries the plan out.
 Components: ``driver`` (the NVIDIA driver package, its kernel module built by DKMS; the fabric manager, where used,
 always moves with it), ``toolkit`` (nvidia-container-toolkit: the container runtime restarts), ``nccl`` (the library:
 ranks of one job must not mix versions, so the node leaves the scheduler while it changes), ``microk8s`` (the snap
-channel: kubelet and containerd restart) and ``kernel`` (a newer kernel is installed than the one running).
+channel: kubelet and containerd restart) and ``kernel`` (a newer kernel is installed than the one running). The driver's
+kernel module flavour (``driver_flavor``: open or proprietary) is part of the driver: a new flavour swaps its kernel
+packages and the loaded module, as a new version does.
 """
 
 import re
@@ -65,7 +67,9 @@ def decide(installed, target):
     module_holders (count of users of the nvidia modules other than GPU processes, e.g. nvidia-persistenced),
     reboot_required (what the packages that ask for a reboot wrote to /run/reboot-required.pkgs, or a true value; a
     kernel or library update on Debian and Ubuntu: a reboot, as for a newer kernel).
-    ``target``: driver, toolkit, nccl, microk8s (a falsy value: not pinned, never changed).
+    driver_flavor (the kernel module flavour the driver packages carry: open or proprietary; None when unknown),
+    driver_flavor_loaded (the running module's flavour; None when none is loaded).
+    ``target``: driver, driver_flavor, toolkit, nccl, microk8s (a falsy value: not pinned, never changed).
     """
     change, reasons = [], []
     for component in COMPONENTS:
@@ -75,6 +79,12 @@ def decide(installed, target):
             if component == "driver" and installed.get("fabric_manager") is not None:
                 change.append("fabric_manager")
                 reasons.append("fabric_manager moves with the driver to %s" % target["driver"])
+    flavor, wanted_flavor = installed.get("driver_flavor"), target.get("driver_flavor")
+    new_flavor = bool(wanted_flavor) and bool(flavor) and flavor != wanted_flavor
+    if new_flavor:
+        if "driver" not in change:
+            change.insert(0, "driver")
+        reasons.append("driver kernel modules %s -> %s" % (flavor, wanted_flavor))
     if "driver" not in change and installed.get("fabric_manager") not in (None, installed.get("driver")):
         change.append("fabric_manager")
         reasons.append("fabric_manager %s does not match the driver %s" % (installed["fabric_manager"], installed.get("driver")))
@@ -84,6 +94,11 @@ def decide(installed, target):
     module_stale = loaded is not None and loaded != driver_after
     if module_stale:
         reasons.append("the loaded driver module is %s, the package %s" % (loaded, driver_after))
+    flavor_after = wanted_flavor or flavor
+    loaded_flavor = installed.get("driver_flavor_loaded")
+    if loaded is not None and not module_stale and (new_flavor or (loaded_flavor and flavor_after and loaded_flavor != flavor_after)):
+        module_stale = True
+        reasons.append("the loaded driver module is the %s one, the packages the %s one" % (loaded_flavor or flavor, flavor_after))
     new_kernel = bool(installed.get("kernel_newest")) and installed.get("kernel_newest") != installed.get("kernel_running")
     if new_kernel:
         reasons.append("kernel %s is installed, %s is running" % (installed["kernel_newest"], installed.get("kernel_running")))

@@ -12,8 +12,9 @@ version_added: 0.2.0
 description:
   - Reads the installed versions of the packages that carry the NVIDIA driver, the fabric manager, the NVIDIA Container
     Toolkit and NCCL (C(dpkg-query), or C(rpm) where there is no dpkg), the MicroK8s snap's channel (C(snap list)), the
-    version of the loaded nvidia kernel module, the running and the newest installed kernel, and whether the system
-    asks for a reboot (C(/run/reboot-required)).
+    version and flavour (open or proprietary, C(/proc/driver/nvidia/version)) of the loaded nvidia kernel module, the
+    flavour the nvidia_driver role installed (O(driver_plan_file)), the running and the newest installed kernel, and
+    whether the system asks for a reboot (C(/run/reboot-required)).
   - Compares them with the pinned O(target) versions (a component the node does not have is left out, since installing it
     is the roles' work, not a change of version) and returns the plan for the node (which components change,
     whether it is drained, whether reloading the driver modules is enough or it must reboot), as
@@ -36,6 +37,8 @@ options:
       - The pinned versions, keys V(driver), V(toolkit), V(nccl) and V(microk8s) (a snap channel). A pin is a version or
         its prefix (V(1.17.8) pins the package V(1.17.8-1), V(550) any 550 driver); an empty or missing key is not
         pinned and never changes.
+      - V(driver_flavor), V(open) or V(proprietary), pins the driver's kernel module flavour; a node whose driver
+        carries the other one changes its driver.
     type: dict
     required: true
   packages:
@@ -52,6 +55,16 @@ options:
     description: Where sysfs is mounted; the loaded module's version is C(<sysfs_root>/module/nvidia/version).
     type: path
     default: /sys
+  procfs_root:
+    description: Where procfs is mounted; the loaded module's flavour is read from C(<procfs_root>/driver/nvidia/version).
+    type: path
+    default: /proc
+  driver_plan_file:
+    description:
+      - The nvidia_driver role's record of the node's driver (its C(flavor)). Where it is missing, the loaded module's
+        flavour stands for the installed one.
+    type: path
+    default: /var/lib/dlinfra/nvidia_driver.json
   boot_dir:
     description: Where the installed kernels are (C(vmlinuz-VERSION)).
     type: path
@@ -78,7 +91,8 @@ RETURN = r"""
 installed:
   description:
     - What the node has, as read (package versions; V(driver_loaded) null when no nvidia module is loaded; V(microk8s) the
-      channel the snap tracks; V(kernel_running), V(kernel_newest), V(reboot_required), V(gpu_processes),
+      channel the snap tracks; V(driver_flavor) and V(driver_flavor_loaded) the installed and the loaded module's
+      flavour, null where unknown; V(kernel_running), V(kernel_newest), V(reboot_required), V(gpu_processes),
       V(module_holders)). Null for a package that is not installed.
   returned: always
   type: dict
@@ -97,12 +111,14 @@ plan:
 """
 
 import glob
+import json
 import os
 import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import kernel_module_flavor
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import as_pinned, decide
 
 
@@ -158,6 +174,15 @@ def _module_holders(sysfs_root, gpu_processes):
     return max(0, int(refcnt) - stacked - gpu_processes)
 
 
+def _recorded_flavor(path):
+    try:
+        with open(path) as handle:
+            flavor = json.load(handle).get("flavor")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return flavor if flavor in ("open", "proprietary") else None
+
+
 def gather(module):
     params = module.params
     packages = params["packages"] or {}
@@ -166,7 +191,10 @@ def gather(module):
     if os.path.exists(reboot_file):
         reboot_required = (_read(reboot_file + ".pkgs") or "").replace("\n", ", ") or True
     installed = {key: _package_version(module, packages.get(key)) for key in ("driver", "fabric_manager", "toolkit", "nccl")}
+    loaded_flavor = kernel_module_flavor(_read(os.path.join(params["procfs_root"], "driver", "nvidia", "version")) or "")
     installed.update({
+        "driver_flavor": _recorded_flavor(params["driver_plan_file"]) or loaded_flavor,
+        "driver_flavor_loaded": loaded_flavor,
         "microk8s": _snap_channel(module, "microk8s") if (params["target"] or {}).get("microk8s") else None,
         "driver_loaded": _read(os.path.join(params["sysfs_root"], "module", "nvidia", "version")),
         "kernel_running": os.uname().release,
@@ -186,18 +214,22 @@ def main():
                                                 "nccl": "libnccl2"}),
             gpu_processes=dict(type="int", default=0),
             sysfs_root=dict(type="path", default="/sys"),
+            procfs_root=dict(type="path", default="/proc"),
+            driver_plan_file=dict(type="path", default="/var/lib/dlinfra/nvidia_driver.json"),
             boot_dir=dict(type="path", default="/boot"),
             reboot_required_file=dict(type="path", default="/run/reboot-required"),
         ),
         supports_check_mode=True,
     )
     target = {key: str(value) for key, value in (module.params["target"] or {}).items() if value not in (None, "")}
-    unknown = sorted(set(target) - {"driver", "toolkit", "nccl", "microk8s"})
+    unknown = sorted(set(target) - {"driver", "driver_flavor", "toolkit", "nccl", "microk8s"})
     if unknown:
-        module.fail_json(msg="target: unknown component(s) %s; use driver, toolkit, nccl, microk8s" % ", ".join(unknown))
+        module.fail_json(msg="target: unknown component(s) %s; use driver, driver_flavor, toolkit, nccl, microk8s" % ", ".join(unknown))
+    if target.get("driver_flavor", "open") not in ("open", "proprietary"):
+        module.fail_json(msg="target: driver_flavor is %r; use open or proprietary" % target["driver_flavor"])
     installed = gather(module)
     # A component the node does not have is not changed here: installing it is site.yml's work (day 1).
-    absent = sorted(key for key in target if installed.get(key) is None)
+    absent = sorted(key for key in target if installed.get(key) is None and key != "driver_flavor")
     target = {key: value for key, value in target.items() if key not in absent}
     plan = decide(as_pinned(installed, target), target)
     module.exit_json(changed=False, installed=installed, plan=plan, not_installed=absent)

@@ -114,10 +114,11 @@ def driver_plans(nodes, consistency="branch"):
 
     ``nodes``: {host: {"cluster" (its cluster group, "" for none), "pci_gpus", "flavor" and "branch" (asked; "" for
     none), "platform" ("Debian 13"), "platform_branch" (the platform's default), "fixed_branch" (true where the source
-    carries the platform's branch only, as Debian's archive does)}}. A node whose GPUs allow the platform's branch gets
-    it; one whose GPUs do not gets the nearest branch they allow. With ``consistency`` "branch", the nodes of a cluster
-    that have GPUs get one branch: the one they pin, else the highest of their platforms' branches that every node
-    allows. Every problem is a line naming the host and the fix; a node with problems must not be changed.
+    carries a fixed set of branches, as Debian's archive does), "offered_branches" (that set, the platform's branch
+    first; Debian 12 also carries 470 as its nvidia-tesla-470 family)}}. A node whose GPUs allow the platform's branch
+    gets it; one whose GPUs do not gets the nearest branch they allow, and from a fixed source the nearest it offers.
+    With ``consistency`` "branch", the nodes of a cluster that have GPUs get one branch: the one they pin, else the
+    highest of their platforms' branches that every node allows. Every problem is a line naming the host and the fix; a node with problems must not be changed.
     """
     plans = {}
     for host, node in nodes.items():
@@ -144,8 +145,10 @@ def driver_plans(nodes, consistency="branch"):
         if not branch and not node["platform_branch"]:
             plan["branch"] = ""  # an unsupported release: the role names it
             continue
-        branch = branch or str(_clamp(int(node["platform_branch"]), plan["min_branch"] if plan["gpus"] else None,
-                                      plan["max_branch"]))
+        offered = _offered(node)
+        branch = branch or _nearest_offered(
+            _clamp(int(node["platform_branch"]), plan["min_branch"] if plan["gpus"] else None, plan["max_branch"]),
+            offered, plan["min_branch"] if plan["gpus"] else None, plan["max_branch"])
         plan["branch"] = branch
         if branch != (node["branch"] or branch):
             plan["problems"].append("%s: nvidia_driver_branch is %s but its cluster's nodes get branch %s "
@@ -157,14 +160,30 @@ def driver_plans(nodes, consistency="branch"):
         except DriverChoiceError as error:
             plan["problems"].append(str(error))
             continue
-        if node["fixed_branch"] and node["platform_branch"] and branch != node["platform_branch"]:
+        if offered and branch not in offered:
             plan["problems"].append(
                 "%s: its GPUs (%s) need driver branch %s, but %s's own packages carry branch %s only: set "
                 "nvidia_driver_source: cuda (NVIDIA's repository, where it has that branch for %s), or "
                 "nvidia_driver_cluster_consistency: none where another node of the cluster set the branch"
-                % (host, ", ".join(plan["architectures"]) or "none", branch, node["platform"], node["platform_branch"],
+                % (host, ", ".join(plan["architectures"]) or "none", branch, node["platform"], " or ".join(offered),
                    node["platform"]))
     return plans
+
+
+def _offered(node):
+    """The branches a fixed source carries for the node's platform (strings), [] where any branch can be had."""
+    if not node["fixed_branch"] or not node["platform_branch"]:
+        return []
+    return [node["platform_branch"]] + [str(b) for b in node.get("offered_branches") or [] if str(b) != node["platform_branch"]]
+
+
+def _nearest_offered(branch, offered, low, high):
+    """``branch`` (an int) as a string, or where a fixed source does not carry it, the nearest offered branch within
+    [low, high] (the newer of two as near); unchanged where none is, for the caller to name."""
+    fitting = [int(b) for b in offered if (low is None or int(b) >= low) and (high is None or int(b) <= high)]
+    if not offered or branch in fitting or not fitting:
+        return str(branch)
+    return str(min(fitting, key=lambda b: (abs(b - branch), -b)))
 
 
 def _cluster_targets(cluster, hosts, nodes, plans):
@@ -186,10 +205,11 @@ def _cluster_targets(cluster, hosts, nodes, plans):
     if pins:
         branch = next(iter(pins.values()))
     else:
-        platforms = [int(nodes[host]["platform_branch"]) for host in hosts if nodes[host]["platform_branch"]]
+        platforms = [host for host in hosts if nodes[host]["platform_branch"]]
         if not platforms:
             return {}
-        branch = str(max(_clamp(platform, low, high) for platform in platforms))
+        branch = str(max(int(_nearest_offered(_clamp(int(nodes[host]["platform_branch"]), low, high), _offered(nodes[host]),
+                                              low, high)) for host in platforms))
     return dict.fromkeys(hosts, branch)
 
 

@@ -289,7 +289,9 @@ def main():
     calls = calls_since(offset)[0]
     sh("sim-gpu1", "rm -f /usr/local/bin/nvidia-container-runtime")
     flat = " ".join(log.replace('\\"', '"').split())
-    if code == 0 or "sim-gpu1 was ROLLED BACK to {\"toolkit\": \"1.17.9-1\"}, verified and uncordoned" not in flat:
+    # The record holds the driver's kernel module flavour too (rolling_upgrade_target.driver_flavor, unchanged here).
+    if code == 0 or ("sim-gpu1 was ROLLED BACK to {\"toolkit\": \"1.17.9-1\", \"driver_flavor\": \"proprietary\"}, verified and "
+                     "uncordoned") not in flat:
         fail("run 3-rollback: expected the rollback message (exit %d); see %s" % (code, WORK / "3-rollback.log"))
     if "nvidia-container-runtime --version exited 127" not in flat:
         fail("run 3-rollback: the message does not say what failed")
@@ -314,7 +316,7 @@ def main():
     if "in Kubernetes the node is not Ready" not in flat:
         fail("run 4-stuck: the message does not say what failed")
     recorded = json.loads(sh("sim-gpu1", "cat %s" % STATE_FILE))
-    if not node_cordoned("sim-gpu1") or recorded["previous"] != {"toolkit": "1.17.9-1"} or node_cordoned("sim-gpu2"):
+    if not node_cordoned("sim-gpu1") or recorded["previous"] != {"toolkit": "1.17.9-1", "driver_flavor": "proprietary"} or node_cordoned("sim-gpu2"):
         fail("run 4-stuck: sim-gpu1 cordoned %s, recorded %s" % (node_cordoned("sim-gpu1"), recorded))
     print("rolling-lab: sim-gpu1 left cordoned with its recorded versions; the run stopped with how to resume")
 

@@ -1,4 +1,8 @@
-from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import nvidia_driver_cuda_problem, nvidia_driver_plans
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import (
+    nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans)
 
 V100, B200 = "0x1db5", "0x2901"
 SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
@@ -38,3 +42,16 @@ def test_the_cuda_filter_takes_empty_values_and_numbers():
     assert nvidia_driver_cuda_problem("12.4", None, "gpu1", "nccl_cuda_version 12.4") == ""
     assert nvidia_driver_cuda_problem("13.0", 550, "gpu1", "nccl_cuda_version 13.0").startswith(
         "gpu1: nccl_cuda_version 13.0 needs driver branch 580 or later")
+
+
+def test_a_node_flavour_follows_the_first_branch_set():
+    gpus = node("0x2335")["__nvidia_driver_node"]["pci_gpus"]  # H200
+    assert nvidia_driver_node_flavor(gpus, "h1", "auto", ["", "550.163.01", "580"]) == "proprietary"
+    assert nvidia_driver_node_flavor(gpus, "h1", "auto", [None, "", "580"]) == "open"
+    assert nvidia_driver_node_flavor(gpus, "h1", "proprietary", ["580"]) == "proprietary"
+    assert nvidia_driver_node_flavor(node(B200)["__nvidia_driver_node"]["pci_gpus"], "b1", "auto", ["570"]) == "open"
+
+
+def test_a_node_flavour_its_gpus_cannot_run_names_host_and_variable():
+    with pytest.raises(AnsibleFilterError, match="v1: nvidia_driver_flavor is open but Tesla V100"):
+        nvidia_driver_node_flavor(node(V100)["__nvidia_driver_node"]["pci_gpus"], "v1", "open", ["550"])

@@ -98,3 +98,30 @@ def test_a_reboot_the_system_asks_for_is_a_reboot(reboot_required, held):
     installed = dict(node(held=held), reboot_required=reboot_required)
     plan = decide(installed, dict(OLD))
     assert (plan["drain"], plan["reboot"], plan["reload"]) == (bool(reboot_required), bool(reboot_required), False)
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_a_new_kernel_module_flavour_changes_the_driver_and_its_loaded_module(held):
+    installed = dict(node(held=held), driver_flavor="proprietary", driver_flavor_loaded="proprietary")
+    plan = decide(installed, {"driver": OLD["driver"], "driver_flavor": "open"})
+    assert plan["change"] == ["driver"] and plan["drain"]
+    assert (plan["reboot"], plan["reload"]) == (held, not held)
+    assert "driver kernel modules proprietary -> open" in plan["reasons"]
+    assert "the loaded driver module is the proprietary one, the packages the open one" in plan["reasons"]
+
+
+def test_a_flavour_with_a_new_version_is_one_driver_change():
+    installed = dict(node(fabric_manager=True), driver_flavor="proprietary", driver_flavor_loaded="proprietary")
+    plan = decide(installed, {"driver": NEW["driver"], "driver_flavor": "open"})
+    assert plan["change"] == ["driver", "fabric_manager"] and plan["reload"]
+
+
+def test_the_flavour_already_there_or_unknown_changes_nothing():
+    assert decide(dict(node(), driver_flavor="open", driver_flavor_loaded="open"), {"driver_flavor": "open"})["drain"] is False
+    assert decide(dict(node(loaded="none"), driver_flavor=None), {"driver_flavor": "open"})["drain"] is False
+
+
+def test_a_module_of_the_other_flavour_left_loaded_is_finished():
+    plan = decide(dict(node(), driver_flavor="open", driver_flavor_loaded="proprietary"), {"driver_flavor": "open"})
+    assert plan["change"] == [] and plan["reload"]
+    assert "the loaded driver module is the proprietary one, the packages the open one" in plan["reasons"]

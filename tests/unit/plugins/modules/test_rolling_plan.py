@@ -15,11 +15,14 @@ PACKAGES = {"nvidia-smi": "hi  550.163.01-1", "nvidia-container-toolkit": "hi  1
 
 
 class FakeNode:
-    def __init__(self, root, loaded=None, refcnt=0, holders=(), kernels=(), reboot_pkgs=None):
+    def __init__(self, root, loaded=None, refcnt=0, holders=(), kernels=(), reboot_pkgs=None, loaded_open=False, recorded=None):
         self.root = root
-        self.bin, self.sysfs, self.boot, self.run = (root / name for name in ("bin", "sys", "boot", "run"))
-        for directory in (self.bin, self.sysfs, self.boot, self.run):
+        self.bin, self.sysfs, self.boot, self.run, self.proc = (root / name for name in ("bin", "sys", "boot", "run", "proc"))
+        for directory in (self.bin, self.sysfs, self.boot, self.run, self.proc):
             directory.mkdir()
+        self.plan_file = root / "nvidia_driver.json"
+        if recorded:
+            self.plan_file.write_text(json.dumps({"branch": "550", "flavor": recorded, "architectures": ["Hopper"]}))
         # dpkg-query -W -f '${db:Status-Abbrev} ${Version}' NAME: the status letters, a space, the version.
         cases = "\n".join("  %s) printf '%%s' '%s' ;;" % (name, line) for name, line in PACKAGES.items())
         self._script("dpkg-query", 'case "$4" in\n%s\n  *) echo "dpkg-query: no packages found matching $4" >&2; exit 1 ;;\nesac' % cases)
@@ -32,6 +35,11 @@ class FakeNode:
             (module / "refcnt").write_text("%d\n" % refcnt)
             for name in holders:
                 (module / "holders" / name).mkdir()
+            # /proc/driver/nvidia/version's first line, as each flavour's module writes it.
+            (self.proc / "driver" / "nvidia").mkdir(parents=True)
+            (self.proc / "driver" / "nvidia" / "version").write_text(
+                "NVRM version: NVIDIA UNIX %s  %s  Release Build  (dvs-builder@U22)  Mon Jan  1 00:00:00 UTC 2026\n"
+                % ("Open Kernel Module for x86_64" if loaded_open else "x86_64 Kernel Module", loaded))
         for kernel in kernels:
             (self.boot / ("vmlinuz-" + kernel)).write_text("")
         if reboot_pkgs is not None:
@@ -44,7 +52,8 @@ class FakeNode:
         path.chmod(0o755)
 
     def args(self, target, **extra):
-        return dict({"target": target, "sysfs_root": str(self.sysfs), "boot_dir": str(self.boot),
+        return dict({"target": target, "sysfs_root": str(self.sysfs), "boot_dir": str(self.boot), "procfs_root": str(self.proc),
+                     "driver_plan_file": str(self.plan_file),
                      "reboot_required_file": str(self.run / "reboot-required")}, **extra)
 
 
@@ -110,3 +119,29 @@ def test_a_driver_module_held_by_persistenced_reboots_instead_of_reloading(node,
 def test_an_unknown_component_is_refused(node, capsys):
     result = run_module(capsys, node().args({"cuda": "12.6"}))
     assert result["_exit_code"] == 1 and "unknown component(s) cuda" in result["msg"]
+
+
+def test_a_proprietary_node_moved_to_the_open_modules_swaps_its_driver(node, capsys):
+    fake = node(loaded="550.163.01", refcnt=0, kernels=[os.uname().release])
+    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    assert (result["installed"]["driver_flavor"], result["installed"]["driver_flavor_loaded"]) == ("proprietary", "proprietary")
+    assert result["plan"]["change"] == ["driver"] and result["plan"]["reload"] is True
+    assert "driver kernel modules proprietary -> open" in result["plan"]["reasons"]
+
+
+def test_the_recorded_flavour_stands_for_the_installed_one(node, capsys):
+    fake = node(loaded="550.163.01", loaded_open=True, recorded="proprietary", kernels=[os.uname().release])
+    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    assert (result["installed"]["driver_flavor"], result["installed"]["driver_flavor_loaded"]) == ("proprietary", "open")
+    assert result["plan"]["change"] == ["driver"]
+
+
+def test_an_open_node_at_its_pins_needs_nothing(node, capsys):
+    fake = node(loaded="550.163.01", loaded_open=True, recorded="open", kernels=[os.uname().release])
+    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    assert result["plan"]["drain"] is False
+
+
+def test_an_unknown_flavour_is_refused(node, capsys):
+    result = run_module(capsys, node().args({"driver_flavor": "nouveau"}))
+    assert result["_exit_code"] == 1 and "driver_flavor is 'nouveau'; use open or proprietary" in result["msg"]

@@ -183,3 +183,29 @@ def test_a_refusal_names_each_kind_of_gpu_once_with_its_count():
     with pytest.raises(DriverChoiceError) as raised:
         node_choice("mixed", gpus(V100, V100, K80), flavor="open")
     assert "but 2x Tesla V100-SXM2-32GB (Volta, 10de:1db5), Tesla K80 (Kepler, 10de:102d) cannot run" in str(raised.value)
+
+
+def debian12(*ids, **kwargs):
+    """A node on Debian 12's archive: branch 535, and 470 as its nvidia-tesla-470 family."""
+    return dict(node(*ids, platform="Debian 12", platform_branch="535", **kwargs), offered_branches=["470"])
+
+
+def test_a_kepler_node_gets_the_older_branch_its_fixed_source_offers():
+    plans = driver_plans({"k80-1": debian12(K80, cluster="cluster_k"), "h100-1": debian12(H100)})
+    assert {host: (plan["branch"], plan["flavor"], plan["problems"]) for host, plan in plans.items()} == {
+        "k80-1": ("470", "proprietary", []), "h100-1": ("535", "proprietary", [])}
+
+
+def test_a_cluster_with_a_kepler_node_shares_the_offered_branch_all_its_nodes_allow():
+    plans = driver_plans({"k80-1": debian12(K80), "v100-1": debian12(V100)})
+    assert (plans["k80-1"]["branch"], plans["v100-1"]["branch"]) == ("470", "470")
+    assert plans["k80-1"]["problems"] == plans["v100-1"]["problems"] == []
+
+
+def test_a_branch_no_offered_family_carries_names_every_offered_branch():
+    plans = driver_plans({"k80-1": dict(node(K80), offered_branches=["535"])})  # Debian 13: 550, and tesla-535
+    assert plans["k80-1"]["branch"] == "470"
+    assert plans["k80-1"]["problems"] == [
+        "k80-1: its GPUs (Kepler) need driver branch 470, but Debian 13's own packages carry branch 550 or 535 only: set "
+        "nvidia_driver_source: cuda (NVIDIA's repository, where it has that branch for Debian 13), or "
+        "nvidia_driver_cluster_consistency: none where another node of the cluster set the branch"]

@@ -55,7 +55,10 @@ def role_templar(platform, architecture="x86_64", nvswitch_count=0, package_vers
     node = {"cluster": "", "flavor": resolve(templar, "nvidia_driver_flavor"),
             "branch": resolve(templar, "__nvidia_driver_branch_asked"),
             "platform": "%s %s" % (distribution, major), "platform_branch": resolve(templar, "__nvidia_driver_release.branch"),
-            "fixed_branch": resolve(templar, "__nvidia_driver_set.fixed_branch | default(false)"),
+            "fixed_branch": resolve(templar, "__nvidia_driver_package_sets[__nvidia_driver_source_effective].fixed_branch"
+                                             " | default(false)"),
+            "offered_branches": resolve(templar, "__nvidia_driver_release.tesla_branches | default([])"
+                                                 " if __nvidia_driver_source_effective == 'distribution' else []"),
             "pci_gpus": [{"address": "0000:%02x:00.0" % n, "device_id": d, "class": "0x030200"} for n, d in enumerate(pci_gpus)]}
     variables["__nvidia_driver_plans"] = driver_plans({"gpu01": node})
     return Templar(loader=DataLoader(), variables=variables)
@@ -269,8 +272,10 @@ def test_platform_files_are_complete(platform):
     for package_set in data["__nvidia_driver_package_sets"].values():
         assert set(package_set) == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager", "dkms_module",
                                     "fixed_branch"}
-        # One kernel module package list and DKMS module name per flavour the plan can give.
-        assert set(package_set["kernel"]) == set(package_set["dkms_module"]) == {"open", "proprietary"}
+        # One kernel module package list and DKMS module name per flavour the plan can give (Debian's tesla families:
+        # proprietary only; preflight refuses the open flavour there).
+        assert set(package_set["kernel"]) == set(package_set["dkms_module"])
+        assert set(package_set["kernel"]) in ({"open", "proprietary"}, {"proprietary"})
         assert isinstance(package_set["fixed_branch"], bool)
 
 
@@ -292,3 +297,22 @@ def test_the_open_flavour_takes_the_open_kernel_module_packages(platform, source
     assert resolve(templar, "__nvidia_driver_plans")["gpu01"]["problems"] == []
     assert resolve(templar, "__nvidia_driver_flavor") == "open"
     assert resolve(templar, "__nvidia_driver_packages") == expected
+
+
+@pytest.mark.parametrize("platform, branch, gpus, expected_branch, dkms, expected", [
+    ("debian12", "", ["0x102d"] * 4,  # Tesla K80: Kepler ends with 470, which Debian 12 carries as nvidia-tesla-470
+     "470", "nvidia-tesla-470", ["nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1", "libnvidia-tesla-470-cfg1",
+                                 "nvidia-tesla-470-kernel-dkms", "nvidia-persistenced"]),
+    ("debian13", "535", ["0x2330"] * 8,  # H100 pinned to 535: Debian 13's nvidia-tesla-535
+     "535", "nvidia-tesla-535", ["nvidia-tesla-535-smi", "libnvidia-tesla-535-cuda1", "libnvidia-tesla-535-cfg1",
+                                 "nvidia-tesla-535-kernel-dkms", "nvidia-persistenced"]),
+    ("debian12", "", ["0x1db5"] * 2,  # V100: the release's own branch and family
+     "535", "nvidia-current", ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-kernel-dkms", "nvidia-persistenced"]),
+])
+def test_debian_archive_older_branches_come_from_its_tesla_families(platform, branch, gpus, expected_branch, dkms, expected):
+    templar = role_templar(platform, pci_gpus=gpus, nvidia_driver_branch=branch)
+    assert resolve(templar, "__nvidia_driver_plans")["gpu01"]["problems"] == []
+    assert resolve(templar, "__nvidia_driver_branch") == expected_branch
+    assert resolve(templar, "__nvidia_driver_packages") == expected
+    assert resolve(templar, "__nvidia_driver_set.anchor") == expected[0]
+    assert resolve(templar, "__nvidia_driver_set.dkms_module.proprietary") == dkms
