@@ -1,0 +1,128 @@
+"""What a converged node costs the controller in a no-op site.yml, and what that means for 1,000 nodes (issue 36).
+
+Runs site.yml on the simulated lab of `make demo` (already up; the first run converges it and is not counted), then,
+alternating for --rounds rounds, on the whole lab (the head and two GPU nodes) and on the head and one GPU node
+(--limit). For each run: wall seconds, the controller's CPU seconds (ansible-playbook and everything it ran: its forks
+and the docker CLI of the lab's connection, as ssh would be on a real cluster) and, from PLAY RECAP, the tasks each host
+ran (ok + failed + skipped; changed must be 0). The difference between the two sizes is the cost of one more GPU node.
+
+    .venv/bin/python benchmarks/fleet/run.py [--rounds 3] [--json results/fleet.json]
+"""
+import argparse
+import json
+import math
+import os
+import pathlib
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventories" / "sim"
+RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
+                   r"failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=\d+\s+ignored=\d+", re.M)
+TARGETS = {"cpu_per_gpu_node_s": 3.0, "tasks_per_gpu_node": 40, "wall_3_nodes_s": 30.0, "fleet_minutes": 15.0}
+
+
+def recap(output):
+    """{host: {"tasks": ok + failed + skipped, "changed", "unreachable", "failed"}} from ansible-playbook's PLAY RECAP."""
+    hosts = {}
+    for match in RECAP.finditer(output):
+        counts = {key: int(value) for key, value in match.groupdict().items() if key != "host"}
+        hosts[match.group("host")] = {"tasks": counts["ok"] + counts["failed"] + counts["skipped"], "changed": counts["changed"],
+                                      "unreachable": counts["unreachable"], "failed": counts["failed"]}
+    return hosts
+
+
+def run_site(limit=None):
+    """One site.yml run: wall and controller CPU seconds, the recap, the return code."""
+    command = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "site.yml", "-i", str(INVENTORY)]
+    if limit:
+        command += ["--limit", ",".join(limit)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
+                          env=dict(os.environ, ANSIBLE_NOCOLOR="1", PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ["PATH"])))
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "hosts": recap(done.stdout), "rc": done.returncode,
+            "tail": done.stdout[-3000:] + done.stderr[-2000:]}
+
+
+def extrapolate(small, large, nodes=1000, cores=16, forks=20):
+    """The 1,000-node estimates from the medians of the two sizes (see the assumptions printed with them)."""
+    per_node_cpu = large["cpu_s"] - small["cpu_s"]
+    fixed_cpu = small["cpu_s"] - per_node_cpu  # the head and the run's own start-up
+    tasks = large["gpu_tasks"]
+    # Linear strategy: every task waits for its slowest host, in ceil(hosts / forks) batches; a batch costs what one
+    # task cost the lab, whose hosts all fit in one batch.
+    per_task_s = large["wall_s"] / max(large["max_tasks"], 1)
+    return {"cpu_per_gpu_node_s": round(per_node_cpu, 2),
+            "fleet_cpu_h": round((fixed_cpu + nodes * per_node_cpu) / 3600, 2),
+            "fleet_minutes_cpu_bound": round((fixed_cpu + nodes * per_node_cpu) / cores / 60, 1),
+            "fleet_minutes_linear": round(tasks * math.ceil(nodes / forks) * per_task_s / 60, 1),
+            "per_task_batch_s": round(per_task_s, 2), "nodes": nodes, "cores": cores, "forks": forks}
+
+
+def summarise(runs):
+    """Medians of the runs of one size, with the GPU nodes' and the busiest host's task counts."""
+    gpu = [count["tasks"] for run in runs for host, count in run["hosts"].items() if host.startswith("sim-gpu")]
+    return {"wall_s": statistics.median(run["wall_s"] for run in runs), "cpu_s": statistics.median(run["cpu_s"] for run in runs),
+            "gpu_tasks": max(gpu) if gpu else 0, "max_tasks": max(max(c["tasks"] for c in run["hosts"].values()) for run in runs),
+            "changed": sum(c["changed"] for run in runs for c in run["hosts"].values())}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+    options = parser.parse_args(argv)
+    hosts = subprocess.run(["docker", "ps", "--filter", "label=org.dlinfra.demo=1", "--format", "{{.Names}}"],
+                           capture_output=True, text=True, check=False).stdout.split()
+    if not {"sim-head", "sim-gpu1", "sim-gpu2"} <= set(hosts):
+        print("fleet: the simulated lab is not up (docker ps shows %s); run make demo first" % (hosts or "none"), file=sys.stderr)
+        return 2
+    print("fleet: converging the lab first (not counted)", flush=True)
+    first = run_site()
+    if first["rc"] != 0:
+        print("fleet: site.yml failed:\n" + first["tail"], file=sys.stderr)
+        return 2
+    runs = {"3 nodes": [], "2 nodes": []}
+    for round_number in range(1, options.rounds + 1):
+        for size, limit in (("3 nodes", None), ("2 nodes", ["sim-head", "sim-gpu1"])):
+            run = run_site(limit)
+            if run["rc"] != 0:
+                print("fleet: site.yml (%s) failed:\n%s" % (size, run["tail"]), file=sys.stderr)
+                return 2
+            runs[size].append(run)
+            print("fleet: round %d, %s: %.1f s wall, %.1f s CPU, tasks %s" % (
+                round_number, size, run["wall_s"], run["cpu_s"],
+                ", ".join("%s %d" % (host, count["tasks"]) for host, count in sorted(run["hosts"].items()))), flush=True)
+    small, large = summarise(runs["2 nodes"]), summarise(runs["3 nodes"])
+    estimate = extrapolate(small, large)
+    print("\n| lab | wall s | controller CPU s | tasks per GPU node | changed |\n|---|---|---|---|---|")
+    for size, row in (("3 nodes", large), ("2 nodes", small)):
+        print("| %s | %.1f | %.1f | %d | %d |" % (size, row["wall_s"], row["cpu_s"], row["gpu_tasks"], row["changed"]))
+    print("\none more converged GPU node: %.2f s of controller CPU (target <= %.0f); %d tasks (target <= %d)"
+          % (estimate["cpu_per_gpu_node_s"], TARGETS["cpu_per_gpu_node_s"], large["gpu_tasks"], TARGETS["tasks_per_gpu_node"]))
+    print("1,000 converged GPU nodes: %.1f CPU-hours; >= %.0f min on %d cores if CPU were the only limit; ~%.0f min with the "
+          "linear strategy and forks=%d (%d tasks x %d batches x %.2f s per task and batch, as measured on the lab); "
+          "target <= %.0f min"
+          % (estimate["fleet_cpu_h"], estimate["fleet_minutes_cpu_bound"], estimate["cores"],
+             estimate["fleet_minutes_linear"], estimate["forks"], large["gpu_tasks"],
+             math.ceil(estimate["nodes"] / estimate["forks"]), estimate["per_task_batch_s"], TARGETS["fleet_minutes"]))
+    print("assumes: the controller's CPU per node is constant (no per-host growth in inventory or fact handling), a batch "
+          "of 20 hosts takes as long per task as the lab's 3, and one head per cluster is not counted")
+    if options.json:
+        pathlib.Path(options.json).parent.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(options.json).write_text(json.dumps({"runs": runs, "summary": {"3 nodes": large, "2 nodes": small},
+                                                          "estimate": estimate, "targets": TARGETS}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
