@@ -31,3 +31,16 @@ def test_the_extrapolation_scales_the_marginal_node():
     assert estimate["fleet_minutes_cpu_bound"] == round((18.0 + 19000.0) / 16 / 60, 1)
     # 220 tasks x 50 batches of 20 hosts x (106 s / 220 tasks)
     assert estimate["fleet_minutes_linear"] == round(220 * 50 * (106.0 / 220) / 60, 1)
+
+
+def test_role_tasks_count_each_task_once_per_host():
+    output = "\n".join([
+        "TASK [dlinfra.gpu_cluster.nvidia_driver : Read the GPUs] ************************",
+        "ok: [sim-gpu1]", "ok: [sim-gpu2]",
+        "TASK [dlinfra.gpu_cluster.nvidia_driver : Hold the packages] ********************",
+        "ok: [sim-gpu1] => (item=nvidia-smi)", "ok: [sim-gpu1] => (item=libcuda1)",
+        "TASK [Say where the report is] ***************************************************",
+        "skipping: [sim-gpu1]",
+        "TASK [dlinfra.gpu_cluster.microk8s : Join] ***************************************",
+        "skipping: [sim-gpu2]"])
+    assert fleet.role_tasks(output, "sim-gpu1") == {"nvidia_driver": 2, "play": 1}
