@@ -120,7 +120,7 @@ def main(argv=None):
     # --limit cannot leave out a stage target (shard_staging refuses, rightly): the two sizes compare without the
     # staging play, and the full run of the whole lab adds each GPU node's share of it.
     sizes = (("3 nodes", None, False), ("3 nodes, no staging", None, True), ("2 nodes, no staging", ["sim-head", "sim-gpu1"], True))
-    runs = {size: [] for size, _, _ in sizes}
+    runs = {sizing[0]: [] for sizing in sizes}
     for round_number in range(1, options.rounds + 1):
         for size, limit, skip_staging in sizes:
             run = run_site(limit, skip_staging)
@@ -131,7 +131,7 @@ def main(argv=None):
             print("fleet: round %d, %s: %.1f s wall, %.1f s CPU, tasks %s" % (
                 round_number, size, run["wall_s"], run["cpu_s"],
                 ", ".join("%s %d" % (host, count["tasks"]) for host, count in sorted(run["hosts"].items()))), flush=True)
-    full, large, small = (summarise(runs[size]) for size, _, _ in sizes)
+    full, large, small = (summarise(runs[sizing[0]]) for sizing in sizes)
     estimate = extrapolate(small, large, full)
     large = full
     print("\n| lab | wall s | controller CPU s | tasks per GPU node | changed |\n|---|---|---|---|---|")
