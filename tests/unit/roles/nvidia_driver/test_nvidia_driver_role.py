@@ -78,9 +78,9 @@ def render(templar, template):
     ("debian12", True, True, ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-kernel-dkms", "nvidia-persistenced"]),
     ("debian12", False, True, ["nvidia-smi", "libcuda1", "libnvidia-cfg1", "nvidia-persistenced"]),
     ("debian13", True, False, ["nvidia-driver", "nvidia-kernel-dkms", "nvidia-persistenced"]),
-    ("ubuntu2204", True, True, ["nvidia-headless-no-dkms-550-server", "nvidia-utils-550-server", "nvidia-dkms-550-server"]),
-    ("ubuntu2404", False, True, ["nvidia-headless-no-dkms-550-server", "nvidia-utils-550-server"]),
-    ("ubuntu2404", True, False, ["nvidia-driver-550-server", "nvidia-dkms-550-server"]),
+    ("ubuntu2204", True, True, ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server", "nvidia-dkms-580-server"]),
+    ("ubuntu2404", False, True, ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server"]),
+    ("ubuntu2404", True, False, ["nvidia-driver-580-server", "nvidia-dkms-580-server"]),
     ("rocky8", True, True, ["nvidia-driver-cuda", "nvidia-driver-cuda-libs", "nvidia-driver-NVML", "nvidia-persistenced",
                             "kmod-nvidia-latest-dkms"]),
     ("rhel9", False, False, ["nvidia-driver", "nvidia-driver-cuda", "nvidia-persistenced"]),
@@ -94,10 +94,10 @@ def test_packages_follow_the_platform_and_the_kernel_switch(platform, kernel_mod
     ("debian12", "", "", "535"),
     ("debian13", "", "", "550"),
     ("debian12", "", "535.261.03", "535"),
-    ("ubuntu2204", "", "", "550"),
+    ("ubuntu2204", "", "", "580"),
     ("ubuntu2404", "570", "", "570"),
     ("ubuntu2404", "", "535.183.01", "535"),
-    ("rhel9", "", "", "550"),
+    ("rhel9", "", "", "580"),
 ])
 def test_branch_comes_from_the_branch_the_version_or_the_platform(platform, branch, version, expected):
     templar = role_templar(platform, nvidia_driver_branch=branch, nvidia_driver_version=version)
@@ -118,10 +118,10 @@ def test_default_source(platform, source):
 
 
 @pytest.mark.parametrize("platform, setting, nvswitches, expected", [
-    ("ubuntu2404", "auto", 6, ["nvidia-fabricmanager-550"]),
+    ("ubuntu2404", "auto", 6, ["nvidia-fabricmanager-580"]),
     ("ubuntu2404", "auto", 0, []),
     ("ubuntu2404", "never", 6, []),
-    ("ubuntu2204", "always", 0, ["nvidia-fabricmanager-550"]),
+    ("ubuntu2204", "always", 0, ["nvidia-fabricmanager-580"]),
     ("rhel9", "auto", 12, ["nvidia-fabric-manager"]),
 ])
 def test_fabric_manager_only_with_nvswitches_or_when_asked(platform, setting, nvswitches, expected):
@@ -215,10 +215,10 @@ def test_apt_preferences_pin_the_exact_version(platform, version, package_line):
 
 
 def test_apt_preferences_lock_the_fabric_manager_to_the_driver():
-    text = render(role_templar("ubuntu2404", package_version="550.163.01-0ubuntu0.24.04.1", nvswitch_count=6), "nvidia-driver.pref.j2")
+    text = render(role_templar("ubuntu2404", package_version="580.95.05-0ubuntu0.24.04.2", nvswitch_count=6), "nvidia-driver.pref.j2")
     fabric = text.strip().split("\n\n")[1].splitlines()
-    assert "Package: nvidia-fabricmanager-550" in fabric
-    assert "Pin: version 550.163.01-*" in fabric
+    assert "Package: nvidia-fabricmanager-580" in fabric
+    assert "Pin: version 580.95.05-*" in fabric
     assert "Pin-Priority: 1001" in fabric
 
 
@@ -270,8 +270,10 @@ def test_platform_files_are_complete(platform):
     assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     for package_set in data["__nvidia_driver_package_sets"].values():
-        assert set(package_set) == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager", "dkms_module",
-                                    "fixed_branch"}
+        # EL's CUDA repository adds the module its streams belong to.
+        assert set(package_set) - {"module", "module_stream"} == {"anchor", "userspace", "full", "kernel", "companions",
+                                                                  "fabric_manager", "dkms_module", "fixed_branch"}
+        assert ("module" in package_set) == (os_family == "RedHat") == ("module_stream" in package_set)
         # One kernel module package list and DKMS module name per flavour the plan can give (Debian's tesla families:
         # proprietary only; preflight refuses the open flavour there).
         assert set(package_set["kernel"]) == set(package_set["dkms_module"])
@@ -297,6 +299,23 @@ def test_the_open_flavour_takes_the_open_kernel_module_packages(platform, source
     assert resolve(templar, "__nvidia_driver_plans")["gpu01"]["problems"] == []
     assert resolve(templar, "__nvidia_driver_flavor") == "open"
     assert resolve(templar, "__nvidia_driver_packages") == expected
+
+
+@pytest.mark.parametrize("platform, branch, gpus, flavor, stream, kernel", [
+    ("rhel9", "", ["0x2901"] * 8, "open", "580-open", ["kmod-nvidia-open-dkms"]),  # B200: open only
+    ("rocky8", "", ["0x1db5"] * 2, "proprietary", "580-dkms", ["kmod-nvidia-latest-dkms"]),  # V100: no open module
+    ("rhel9", "570", ["0x2330"] * 8, "open", "570-open", ["kmod-nvidia-open-dkms"]),  # H100 pinned to 570
+    ("rocky8", "535", ["0x2330"] * 8, "proprietary", "535-dkms", ["kmod-nvidia-latest-dkms"]),  # before 560: proprietary
+])
+def test_el_enables_the_module_stream_of_the_branch_and_flavour(platform, branch, gpus, flavor, stream, kernel):
+    templar = role_templar(platform, pci_gpus=gpus, nvidia_driver_branch=branch)
+    assert resolve(templar, "__nvidia_driver_plans")["gpu01"]["problems"] == []
+    assert resolve(templar, "__nvidia_driver_flavor") == flavor
+    assert resolve(templar, "__nvidia_driver_set.module") == "nvidia-driver"
+    assert resolve(templar, "__nvidia_driver_set.module_stream") == stream
+    assert resolve(templar, "__nvidia_driver_set.kernel[__nvidia_driver_flavor]") == kernel
+    assert resolve(templar, "__nvidia_driver_other_kernel_packages") == (
+        ["kmod-nvidia-latest-dkms"] if flavor == "open" else ["kmod-nvidia-open-dkms"])
 
 
 @pytest.mark.parametrize("platform, branch, gpus, expected_branch, dkms, expected", [
