@@ -27,7 +27,7 @@ lab_pid=""
 # On an early exit the lab's subshell and the demo.sh it runs are stopped too.
 trap '[ -z "$lab_pid" ] || { pkill -P "$lab_pid"; kill "$lab_pid"; } 2>/dev/null || true; rm -rf "$work"' EXIT
 
-step() { echo; echo "as-a-user: $*"; }
+step() { echo; echo "as-a-user: [${SECONDS} s] $*"; }
 fail() { echo "as-a-user: FAILED: $*" >&2; exit 1; }
 
 # The simulated lab, fresh, made while the collection is built and checked (it is Docker's and the store's work, not the
@@ -142,4 +142,4 @@ grep -oE "validate: (PASS|FAIL), [^;]*" "$work/validate.log" | tail -n 1
 for file in report.json junit.xml report.html; do [ -s "$work/report/$file" ] || fail "validate wrote no $file"; done
 # The converged lab's inventory, with the plans shard_staging wrote into it, for the validate stage that follows.
 cp -r inventories/sim "$cache/inventory"
-echo "as-a-user: passed"
+echo "as-a-user: passed in ${SECONDS} s"

@@ -85,6 +85,19 @@ def picked(group, members, only):
     return chosen
 
 
+def cpu_times():
+    """(busy, total) jiffies of the whole machine since boot, from /proc/stat (idle and iowait count as idle)."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def cpu_use(before):
+    """How busy the machine's CPUs were since ``before`` (cpu_times()): whether more side by side could help."""
+    busy, total = (now - then for now, then in zip(cpu_times(), before))
+    idle_seconds = (total - busy) / os.sysconf("SC_CLK_TCK")
+    return "machine CPU %.0f%% busy, %.0f core-seconds idle" % (100.0 * busy / max(total, 1), idle_seconds)
+
+
 def report(name, returncode, elapsed):
     print("===== stage %s: %s in %.0f s" % (name, "passed" if returncode == 0 else "FAILED (exit %d)" % returncode, elapsed), flush=True)
 
@@ -119,7 +132,7 @@ def run_group(group, members, env, at_once):
             if returncode != 0:
                 return
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_times()
     with concurrent.futures.ThreadPoolExecutor(max_workers=at_once) as pool:
         running = set()
         while pending or running:
@@ -128,11 +141,12 @@ def run_group(group, members, env, at_once):
             if not running:
                 break
             running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED).not_done
-    print("===== %s: %d stages in %.0f s (wall clock)" % (group, len(results), time.monotonic() - started), flush=True)
+    print("===== %s: %d stages in %.0f s (wall clock); %s" % (group, len(results), time.monotonic() - started, cpu_use(cpu)),
+          flush=True)
     return results
 
 
-STARTED = time.monotonic()
+STARTED, STARTED_CPU = time.monotonic(), cpu_times()
 
 
 def main(argv):
@@ -162,7 +176,7 @@ def main(argv):
     print("\n%-34s %8s  %s" % ("stage", "seconds", "result"))
     for name, returncode, elapsed in results:
         print("%-34s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))
-    print("%-34s %8.0f" % ("total (wall clock)", time.monotonic() - STARTED))
+    print("%-34s %8.0f  %s" % ("total (wall clock)", time.monotonic() - STARTED, cpu_use(STARTED_CPU)))
     failed = sum(1 for r in results if r[1] != 0)
     print("%d passed, %d failed" % (len(results) - failed, failed))
     return 1 if failed or not results else 0
