@@ -69,7 +69,11 @@ def test_the_tarball_ships_what_users_run(tarball):
     assert {name.split("/")[1] for name in names if name.startswith("roles/") and name.count("/") >= 2} == roles
     for needed in ("site.yml", "playbooks/site.yml", "playbooks/init_inventory.yml", "inventories/lab/hosts.yml",
                    "meta/runtime.yml", "meta/execution-environment.yml", "meta/ee-requirements.txt",
-                   "CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml"):
+                   "CHANGELOG.rst", "changelogs/changelog.yaml", "changelogs/config.yaml",
+                   # what docs/grafana.md copies out of the installed collection
+                   "docs/grafana.md", "roles/gpu_monitoring/files/grafana/dlinfra-gpu-cluster.json",
+                   "roles/gpu_monitoring/files/grafana/provisioning/dashboards/dlinfra.yml",
+                   "roles/gpu_monitoring/files/grafana/provisioning/datasources/dlinfra-prometheus.yml"):
         assert needed in names
 
 
