@@ -34,9 +34,13 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_p
 
 MIB = 1 << 20
 IMAGE = "dlinfra-test/debian:bookworm"
-NETWORK = "dlinfra-bench-peer"
-STORE = "bench-peer-store"
-NODES = tuple("bench-peer-node%d" % number for number in range(1, 5))
+# Each run's containers and network carry its pid, so that two runs on one Docker engine (two checkouts' unit tests)
+# do not remove each other's; a run removes what a killed run left behind (its label names a pid that is gone).
+RUN_LABEL = "org.dlinfra.bench-peer.pid"
+RUN_ID = os.getpid()
+NETWORK = "dlinfra-bench-peer-%d" % RUN_ID
+STORE = "bench-peer-store-%d" % RUN_ID
+NODES = tuple("bench-peer-node%d-%d" % (number, RUN_ID) for number in range(1, 5))
 NODE_COUNTS = (1, 2, 4)
 MODES = ("direct", "peer")
 MODE_LABELS = {"direct": "direct", "peer": "peer-assisted"}
@@ -178,6 +182,17 @@ def mbit(count_bytes, seconds):
     return count_bytes * 8 / seconds / 1e6
 
 
+def _alive(pid):
+    """Whether process pid still runs (on this machine: the Docker engine is local)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Lab(object):
     """The store and the four nodes on their own network, with limited links."""
 
@@ -192,22 +207,35 @@ class Lab(object):
     def rate_bytes(self):
         return self.rate_mbit * 1e6 / 8
 
-    def remove(self):
+    def remove(self, run_ids=(RUN_ID,)):
         try:
-            docker("rm", "-f", STORE, *NODES, check=False, timeout=300)
-            docker("network", "rm", NETWORK, check=False)
+            for run_id in run_ids:
+                containers = docker("ps", "-aq", "--filter", "label=%s=%d" % (RUN_LABEL, run_id), check=False).split()
+                if containers:
+                    docker("rm", "-f", *containers, check=False, timeout=300)
+                docker("network", "rm", "dlinfra-bench-peer-%d" % run_id, check=False)
         except BenchError as exc:
             log("could not remove the lab: %s" % exc)
+
+    def remove_leftovers(self):
+        """The containers and networks of earlier runs whose process is gone (killed before their own cleanup)."""
+        labels = docker("ps", "-a", "--filter", "label=" + RUN_LABEL, "--format", '{{.Label "%s"}}' % RUN_LABEL,
+                        check=False).split()
+        gone = sorted({int(label) for label in labels if label.isdigit() and not _alive(int(label))})
+        if gone:
+            log("removing what killed runs %s left behind" % ", ".join(map(str, gone)))
+            self.remove(gone)
 
     def create(self):
         docker("info", timeout=30)
         if docker("image", "inspect", IMAGE, check=False).strip() in ("", "[]"):
             raise BenchError("the image %s is missing: build it with make images" % IMAGE)
-        self.remove()
-        docker("network", "create", NETWORK)
+        self.remove_leftovers()
+        docker("network", "create", "--label", "%s=%d" % (RUN_LABEL, RUN_ID), NETWORK)
         for name in (STORE,) + NODES:
             # No systemd: a plain sleeping process is all the engine and nginx need.
-            docker("run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--cap-add", "NET_ADMIN", IMAGE, "sleep", "infinity")
+            docker("run", "-d", "--name", name, "--hostname", name, "--network", NETWORK, "--label", "%s=%d" % (RUN_LABEL, RUN_ID),
+                   "--cap-add", "NET_ADMIN", IMAGE, "sleep", "infinity")
             self.addresses[name] = docker("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", name).strip()
 
     # -- the store -------------------------------------------------------------------------------
