@@ -1,10 +1,13 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_monitoring_problems: the gpu_monitoring role's preflight, a thin face over plugin_utils.gpu_monitoring_checks."""
+"""The gpu_monitoring role's preflight and its Prometheus configuration: thin faces over plugin_utils'
+gpu_monitoring_checks and gpu_monitoring_scrape."""
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_checks import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_scrape import (
+    alertmanagers, prometheus_config, scrape_servers)
 
 
 def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
@@ -13,6 +16,44 @@ def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
     return preflight_problems(settings, host, list(ss_lines or []), ss_error or None)
 
 
+def _per_host(hostvars, hosts, name):
+    """{host: value} of the variable ``name`` on each of ``hosts`` where it is set and not empty."""
+    found = {}
+    for host in hosts:
+        value = hostvars[host].get(name) if host in hostvars else None
+        if value:
+            found[host] = str(value)
+    return found
+
+
+def gpu_monitoring_scrape_plan(hosts, groups, settings):
+    """{"servers": {server: [hosts it scrapes]}, "problems": {host: problem}} (see scrape_servers)."""
+    try:
+        servers, problems = scrape_servers(list(hosts), dict(groups), settings)
+    except (KeyError, TypeError) as error:
+        raise AnsibleFilterError("gpu_monitoring_scrape_plan: %s" % error) from error
+    if settings.get("alertmanager_url"):
+        try:
+            alertmanagers(settings["alertmanager_url"])
+        except ValueError as error:
+            problems.update((server, "%s: %s; set it to Alertmanager's URL, for example http://alertmanager:9093, or empty"
+                             % (server, error)) for server in servers)
+    return {"servers": servers, "problems": problems}
+
+
+def gpu_monitoring_prometheus_config(server, plan, groups, hostvars, settings):
+    """prometheus.yml for ``server`` as a mapping (see prometheus_config): the hosts' gpu_monitoring_scrape_address
+    and the dcgm-exporters found (__gpu_monitoring_dcgm_target) come from hostvars."""
+    hosts = plan.get("servers", {}).get(server, [])
+    settings = dict(settings, addresses=_per_host(hostvars, hosts, "gpu_monitoring_scrape_address"),
+                    dcgm_targets=_per_host(hostvars, hosts, "__gpu_monitoring_dcgm_target"))
+    try:
+        return prometheus_config(server, plan["servers"], dict(groups), settings)
+    except (KeyError, TypeError, ValueError) as error:
+        raise AnsibleFilterError("gpu_monitoring_prometheus_config: %s" % error) from error
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_monitoring_problems": gpu_monitoring_problems}
+        return {"gpu_monitoring_problems": gpu_monitoring_problems, "gpu_monitoring_scrape_plan": gpu_monitoring_scrape_plan,
+                "gpu_monitoring_prometheus_config": gpu_monitoring_prometheus_config}

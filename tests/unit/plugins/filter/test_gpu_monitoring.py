@@ -9,7 +9,9 @@ SETTINGS = {"supported": True, "platform": "Debian 13", "interval": 15, "nvidia_
 
 
 def test_registered():
-    assert FilterModule().filters() == {"gpu_monitoring_problems": gpu_monitoring_problems}
+    assert FilterModule().filters()["gpu_monitoring_problems"] is gpu_monitoring_problems
+    assert sorted(FilterModule().filters()) == ["gpu_monitoring_problems", "gpu_monitoring_prometheus_config",
+                                                "gpu_monitoring_scrape_plan"]
 
 
 @pytest.mark.parametrize("ss_lines, ss_error, count", [

@@ -1,0 +1,89 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which hosts run Prometheus for the gpu_monitoring role, and the scrape jobs each one gets, from the inventory.
+
+A host in the server group (``gpu_monitoring_server``) scrapes every monitored host. Without one, each cluster group
+(``cluster_*``) is scraped by its first head (the first of its hosts in the head group). Every target carries the
+labels the alerts and the dashboard group by: ``cluster`` and ``rack`` (its groups that match the patterns) and
+``role`` (the first functional group it is in), with ``node``, its inventory name.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _first_match(pattern, host, groups):
+    return next((group for group in sorted(groups) if pattern.search(group) and host in groups[group]), "")
+
+
+def scrape_servers(hosts, groups, settings):
+    """({server: [the hosts it scrapes, in ``hosts`` order]}, {host: problem} for the hosts of a cluster that nothing
+    would scrape)."""
+    monitored = list(hosts)
+    servers = [host for host in groups.get(settings["server_group"], []) if host in monitored]
+    if servers:
+        return {server: monitored for server in servers}, {}
+    pattern, heads = re.compile(settings["cluster_group_pattern"]), groups.get(settings["head_group"], [])
+    plan, problems = {}, {}
+    for cluster in sorted(group for group in groups if pattern.search(group)):
+        members = [host for host in monitored if host in groups[cluster]]
+        if not members:
+            continue
+        head = next((host for host in heads if host in members), None)
+        if head is None:
+            for host in members:
+                problems[host] = (
+                    "%s: no Prometheus would scrape it: none of %s's hosts (%s) is in group %s, and group %s is empty; "
+                    "add a head to the cluster, put a server in group %s, or set gpu_monitoring_prometheus: false "
+                    "where another Prometheus scrapes these hosts"
+                    % (host, cluster, ", ".join(members), settings["head_group"], settings["server_group"],
+                       settings["server_group"]))
+            continue
+        plan.setdefault(head, []).extend(host for host in members if host not in plan.get(head, []))
+    return plan, problems
+
+
+def scrape_jobs(server, plan, groups, settings):
+    """Prometheus scrape_configs for ``server``: node exporter on every host it scrapes, and dcgm-exporter where a
+    host has one (settings["dcgm_targets"]: {host: "address:port"})."""
+    cluster, rack = re.compile(settings["cluster_group_pattern"]), re.compile(settings["rack_group_pattern"])
+    addresses, dcgm = settings.get("addresses") or {}, settings.get("dcgm_targets") or {}
+
+    def labels(host):
+        role = next((group for group in settings["role_groups"] if host in groups.get(group, [])), "")
+        return {"node": host, "cluster": _first_match(cluster, host, groups), "rack": _first_match(rack, host, groups),
+                "role": role}
+
+    interval = "%ds" % int(settings["interval"])
+    jobs = [{"job_name": "node", "scrape_interval": interval,
+             "static_configs": [{"targets": ["%s:%d" % (addresses.get(host) or host, int(settings["node_exporter_port"]))],
+                                 "labels": labels(host)} for host in plan.get(server, [])]}]
+    dcgm_hosts = [host for host in plan.get(server, []) if dcgm.get(host)]
+    if dcgm_hosts:
+        jobs.append({"job_name": "dcgm", "scrape_interval": interval,
+                     "static_configs": [{"targets": [dcgm[host]], "labels": labels(host)} for host in dcgm_hosts]})
+    return jobs
+
+
+def alertmanagers(url):
+    """Prometheus' alerting.alertmanagers entry for an Alertmanager URL (http[s]://host:port[/prefix])."""
+    scheme, _sep, rest = url.partition("://")
+    target, _sep, prefix = rest.partition("/")
+    if scheme not in ("http", "https") or not target:
+        raise ValueError("gpu_monitoring_alertmanager_url=%r is not an http(s)://host:port URL" % url)
+    entry = {"scheme": scheme, "static_configs": [{"targets": [target]}]}
+    if prefix.strip("/"):
+        entry["path_prefix"] = "/" + prefix.strip("/")
+    return [entry]
+
+
+def prometheus_config(server, plan, groups, settings):
+    """The whole prometheus.yml of ``server``: the interval, the rules file, Alertmanager where one is set, the jobs."""
+    interval = "%ds" % int(settings["interval"])
+    config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
+              "rule_files": [settings["rules_file"]]}
+    if settings.get("alertmanager_url"):
+        config["alerting"] = {"alertmanagers": alertmanagers(settings["alertmanager_url"])}
+    config["scrape_configs"] = scrape_jobs(server, plan, groups, settings)
+    return config
