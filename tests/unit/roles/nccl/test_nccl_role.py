@@ -18,6 +18,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nccl_preflight
 from role_vars import load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nccl"
@@ -65,11 +66,13 @@ def render(templar, template):
 
 
 def preflight_problems(templar):
-    """The problem list of preflight's fail task, evaluated with its own task vars."""
+    """The problem list of preflight's fail task: its settings and findings gathered by its own task vars, handed to
+    the Python its filter (nccl_problems) wraps."""
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
+    assert task_vars["__nccl_problems"] == "{{ __settings | dlinfra.gpu_cluster.nccl_problems(__found) }}"
     templar = templar.copy_with_new_env(available_variables=dict(templar.available_variables, **trust(task_vars)))
-    return resolve(templar, "__nccl_problems")
+    return nccl_preflight.preflight_problems(resolve(templar, "__settings"), resolve(templar, "__found"))
 
 
 # Sources and versions -----------------------------------------------------------------------------------------

@@ -1,0 +1,32 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The nccl_problems filter reaches plugin_utils and turns a missing or unknown key into a filter error."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import FilterModule, nccl_problems
+
+SETTINGS = {
+    "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "default_source": "distribution",
+    "distribution_cuda": "12.4", "source": "distribution", "version": "2.22.3", "cuda_version": "", "conf_extra": {},
+    "conf": [], "tests_install": False, "tests_sha256": "", "tests_src": "", "tests_url": "https://example/t.tar.gz",
+    "tests_nvcc": "/usr/bin/nvcc", "tests_mpi": False, "validate": False, "validate_multinode": False,
+}
+
+
+def test_the_filter_is_exposed():
+    assert FilterModule().filters() == {"nccl_problems": nccl_problems}
+
+
+def test_the_filter_returns_the_lines():
+    assert nccl_problems(SETTINGS, {"nvcc_exists": False}) == []
+    assert nccl_problems(dict(SETTINGS, version="2.22"), {}) == [
+        "nccl_version='2.22' is not an NCCL release (major.minor.patch, for example 2.22.3)"]
+
+
+def test_a_missing_or_unknown_key_is_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="nccl_problems: 'version'"):
+        nccl_problems({key: value for key, value in SETTINGS.items() if key != "version"}, {})
+    with pytest.raises(AnsibleFilterError, match="nccl_problems: found has unknown key.s. nvcc"):
+        nccl_problems(SETTINGS, {"nvcc": True})
