@@ -4,7 +4,7 @@
 
 Molecule runs Debian 12/13 against a fixture of NVIDIA's repository with the distribution's engines; what it cannot
 reach (Docker's repository, Ubuntu, other architectures) is checked here: the repository definitions the deb822 task
-receives and the package lists the install tasks pass to apt.
+receives, the package lists the install tasks pass to apt and what preflight hands its problem filter.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nvidia_container_toolkit_preflight
 from role_vars import role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_container_toolkit"
@@ -133,3 +134,56 @@ def reach_check_sources(templar):
 def test_the_reachability_check_asks_what_the_role_will_download(overrides, expected):
     sources = reach_check_sources(role_templar("debian13", **overrides))
     assert [(s["url"], s.get("route", "direct")) for s in sources] == expected
+
+
+TOOLKIT_PACKAGES = ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base",
+                    "nvidia-container-toolkit")
+
+
+def preflight_problems(templar):
+    """The problem list of preflight's fail task: its settings gathered by its own task vars, handed to the Python its
+    filter (nvidia_container_toolkit_problems) wraps."""
+    import yaml
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
+    assert task_vars["__problems"] == "{{ __settings | dlinfra.gpu_cluster.nvidia_container_toolkit_problems }}"
+    variables = dict(templar.available_variables, **trust(task_vars))
+    settings = Templar(loader=DataLoader(), variables=variables).template(trust("{{ __settings }}"))
+    return nvidia_container_toolkit_preflight.preflight_problems(settings)
+
+
+@pytest.mark.parametrize("platform, overrides", [
+    ("debian12", {}),
+    ("debian13", {"nvidia_container_toolkit_engine_source": "docker"}),
+    ("ubuntu2404", {"nvidia_container_toolkit_repo_key_fingerprint": "c95b 321b 61e8 8c18 09c4 f759 ddca e044 f796 ecb0"}),
+    ("debian13", {"nvidia_container_toolkit_source": "local", "nvidia_container_toolkit_local_packages": [
+        "/srv/debs/%s_1.17.8-1_amd64.deb" % name for name in TOOLKIT_PACKAGES]}),
+])
+def test_good_settings_pass_preflight(platform, overrides):
+    assert preflight_problems(role_templar(platform, **overrides)) == []
+
+
+@pytest.mark.parametrize("platform, overrides, expected", [
+    ("debian13", {"nvidia_container_toolkit_version": ""}, "nvidia_container_toolkit_version is empty;"),
+    ("debian12", {"nvidia_container_toolkit_repo_key_fingerprint": "F796ECB0"},
+     "nvidia_container_toolkit_repo_key_fingerprint=F796ECB0 is not a 40-digit hex fingerprint;"),
+    ("ubuntu2404", {"nvidia_container_toolkit_engine_source": "docker",
+                    "nvidia_container_toolkit_docker_repo_key_fingerprint": "0EBFCD88"},
+     "nvidia_container_toolkit_docker_repo_key_fingerprint=0EBFCD88 is not a 40-digit hex fingerprint"),
+    ("debian13", {"nvidia_container_toolkit_source": "local"},
+     "nvidia_container_toolkit_source is local but nvidia_container_toolkit_local_packages lacks libnvidia-container1, "
+     "libnvidia-container-tools, nvidia-container-toolkit-base, nvidia-container-toolkit;"),
+    ("debian13", {"nvidia_container_toolkit_local_packages": ["/srv/nvidia-container-toolkit_1.17.8_amd64.deb"]},
+     "nvidia_container_toolkit_local_packages is set but nvidia_container_toolkit_source is repository;"),
+])
+def test_each_problem_names_the_variable_and_the_fix(platform, overrides, expected):
+    problems = preflight_problems(role_templar(platform, **overrides))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(expected), problems[0]
+
+
+def test_an_unsupported_release_is_named():
+    templar = role_templar("debian12")
+    templar.available_variables = dict(templar.available_variables, ansible_facts=dict(
+        templar.available_variables["ansible_facts"], distribution_major_version="11"))
+    assert preflight_problems(templar) == ["Debian 11 is not supported; supported: Debian 12 and 13, Ubuntu 22.04 and 24.04"]

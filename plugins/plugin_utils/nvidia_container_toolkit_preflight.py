@@ -1,0 +1,78 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The problems the nvidia_container_toolkit role's preflight reports: pure Python.
+
+``preflight_problems`` turns the role's settings (its variables, the platform's data and the host's facts) into one
+line per problem; the role fails once, listing them all. Patterns are matched against values as text, as Ansible's
+tests match them.
+"""
+
+import os.path
+import re
+
+SETTINGS = ("os_family", "distribution", "major_version", "releases", "version", "repo_key_fingerprint",
+            "engine_source", "docker_repo_key_fingerprint", "source", "packages", "local_packages")
+
+_FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
+
+
+def _checked(what, given, known):
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError("%s has unknown key(s) %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
+
+
+def _joined(items):
+    return ", ".join(str(item) for item in items)
+
+
+def _fingerprint_ok(given):
+    """As the repository definitions in vars/main.yml carry it: without spaces, in upper case."""
+    return bool(_FINGERPRINT.match(str(given).replace(" ", "").upper()))
+
+
+def _unique(items):
+    return list(dict.fromkeys(items))
+
+
+def preflight_problems(settings):
+    """One line per problem in ``settings`` (keys SETTINGS); empty when the role can go on.
+
+    settings: os_family, distribution and major_version (the host's), releases (the platform's releases the role
+    supports), version (nvidia_container_toolkit_version), repo_key_fingerprint and docker_repo_key_fingerprint (as
+    set: spaces and case do not count), engine_source, source (nvidia_container_toolkit_*), packages (the toolkit's
+    packages) and local_packages (nvidia_container_toolkit_local_packages, paths of .deb files).
+    """
+    _checked("settings", settings, SETTINGS)
+    version = settings["version"]
+    source = settings["source"]
+    local_packages = settings.get("local_packages") or []
+    local_files = [os.path.basename(path) for path in local_packages]
+    local_names = [re.sub(r"_.*$", "", name) for name in local_files]
+    version_pattern = re.compile(r"^[^_]+_" + re.escape(str(version)) + r"([-_.~+]|$)")
+    problems = []
+
+    if not (settings["os_family"] == "Debian" and settings["major_version"] in (settings.get("releases") or [])):
+        problems.append("%s %s is not supported; supported: Debian 12 and 13, Ubuntu 22.04 and 24.04"
+                        % (settings["distribution"], settings["major_version"]))
+    if len(version) == 0:
+        problems.append("nvidia_container_toolkit_version is empty; set the toolkit version to install (for example "
+                        "1.17.8)")
+    if not _fingerprint_ok(settings["repo_key_fingerprint"]):
+        problems.append("nvidia_container_toolkit_repo_key_fingerprint=%s is not a 40-digit hex fingerprint; copy it from "
+                        "gpg --show-keys of the repository key" % settings["repo_key_fingerprint"])
+    if settings["engine_source"] == "docker" and not _fingerprint_ok(settings["docker_repo_key_fingerprint"]):
+        problems.append("nvidia_container_toolkit_docker_repo_key_fingerprint=%s is not a 40-digit hex fingerprint"
+                        % settings["docker_repo_key_fingerprint"])
+    lacking = _unique(package for package in settings["packages"] if package not in local_names)
+    if source == "local" and lacking:
+        problems.append("nvidia_container_toolkit_source is local but nvidia_container_toolkit_local_packages lacks %s; "
+                        "list a .deb file (<package>_<version>_<arch>.deb) for each" % _joined(lacking))
+    bad_versions = [name for name in local_files if not version_pattern.match(name)]
+    if source == "local" and bad_versions:
+        problems.append("%s do(es) not carry nvidia_container_toolkit_version %s; list the files of that version, or "
+                        "change the version" % (_joined(bad_versions), version))
+    if local_packages and source != "local":
+        problems.append("nvidia_container_toolkit_local_packages is set but nvidia_container_toolkit_source is %s; set "
+                        "the source to local to install them" % source)
+    return problems
