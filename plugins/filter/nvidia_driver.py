@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The nvidia_driver role's plan of each node's driver: a thin wrapper over plugin_utils/nvidia_driver_choice."""
+"""The nvidia_driver role's plan of each node's driver and its preflight problems: a thin wrapper over
+plugin_utils/nvidia_driver_choice and plugin_utils/nvidia_driver_preflight."""
 
 import re
 
@@ -8,6 +9,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
     DriverChoiceError, cuda_driver_problem, driver_plans, node_choice)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_preflight import preflight_problems
 
 
 def nvidia_driver_plans(hostvars, hosts, groups, settings):
@@ -44,7 +46,15 @@ def nvidia_driver_node_flavor(pci_gpus, host, flavor, branches):
         raise AnsibleFilterError(str(error))
 
 
+def nvidia_driver_problems(settings, found):
+    """One line per problem, the plan's first; empty when all is well (see plugin_utils/nvidia_driver_preflight)."""
+    try:
+        return preflight_problems(settings, found)
+    except (KeyError, ValueError) as error:
+        raise AnsibleFilterError("nvidia_driver_problems: %s" % error) from error
+
+
 class FilterModule:
     def filters(self):
         return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
-                "nvidia_driver_node_flavor": nvidia_driver_node_flavor}
+                "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems}

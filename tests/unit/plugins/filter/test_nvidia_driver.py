@@ -2,7 +2,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import (
-    nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans)
+    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans, nvidia_driver_problems)
 
 V100, B200 = "0x1db5", "0x2901"
 SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
@@ -55,3 +55,33 @@ def test_a_node_flavour_follows_the_first_branch_set():
 def test_a_node_flavour_its_gpus_cannot_run_names_host_and_variable():
     with pytest.raises(AnsibleFilterError, match="v1: nvidia_driver_flavor is open but Tesla V100"):
         nvidia_driver_node_flavor(node(V100)["__nvidia_driver_node"]["pci_gpus"], "v1", "open", ["550"])
+
+
+PREFLIGHT_SETTINGS = {
+    "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "source": "",
+    "source_effective": "distribution", "sources": ["distribution", "tesla", "cuda"], "branch": "", "version": "",
+    "cuda_key_fingerprint": "", "cuda_key_url": "", "fabric_manager_wanted": False, "fabric_manager_package": "",
+    "mok_signing": False, "mok_certificate": "/var/lib/dkms/mok.pub",
+}
+PREFLIGHT_FOUND = {"plan_problems": [], "branch": "550", "flavor": "proprietary", "anchor": "nvidia-smi",
+                   "kernel_flavors": ["open", "proprietary"], "nvswitch_count": 0, "secure_boot_state": "",
+                   "missing_mok_files": []}
+
+
+def test_every_filter_is_exposed():
+    assert FilterModule().filters() == {
+        "nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
+        "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems}
+
+
+def test_the_problems_filter_returns_the_lines():
+    assert nvidia_driver_problems(PREFLIGHT_SETTINGS, PREFLIGHT_FOUND) == []
+    assert nvidia_driver_problems(dict(PREFLIGHT_SETTINGS, major_version="11"), PREFLIGHT_FOUND) == [
+        "Debian 11 is not supported; supported Debian releases: 12, 13"]
+
+
+def test_the_problems_filter_turns_a_missing_or_unknown_key_into_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="nvidia_driver_problems: 'flavor'"):
+        nvidia_driver_problems(PREFLIGHT_SETTINGS, {key: value for key, value in PREFLIGHT_FOUND.items() if key != "flavor"})
+    with pytest.raises(AnsibleFilterError, match="nvidia_driver_problems: settings has unknown key.s. mok"):
+        nvidia_driver_problems(dict(PREFLIGHT_SETTINGS, mok=True), PREFLIGHT_FOUND)

@@ -3,8 +3,9 @@
 """The nvidia_driver role's platform data and files, rendered by Ansible's own templating.
 
 Ubuntu and EL cannot run here (their archives and NVIDIA's repositories are unreachable), so their package
-lists, repository definitions (deb822 / yum_repository arguments) and rendered files are checked here, next to
-Debian's, from the role's defaults, vars/main.yml and the platform file that tasks/main.yml would load.
+lists, repository definitions (deb822 / yum_repository arguments), rendered files and what preflight hands its problem
+filter are checked here, next to Debian's, from the role's defaults, vars/main.yml and the platform file that
+tasks/main.yml would load.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nvidia_driver_preflight
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import driver_plans
 from role_vars import platform_file, role_vars, trust
 
@@ -335,3 +337,74 @@ def test_debian_archive_older_branches_come_from_its_tesla_families(platform, br
     assert resolve(templar, "__nvidia_driver_packages") == expected
     assert resolve(templar, "__nvidia_driver_set.anchor") == expected[0]
     assert resolve(templar, "__nvidia_driver_set.dkms_module.proprietary") == dkms
+
+
+# Preflight ----------------------------------------------------------------------------------------------------------
+
+def preflight_problems(templar, secure_boot_state=None, mok_files=None):
+    """The problem list of preflight's fail task: its settings and findings gathered by its own task vars (with what
+    mokutil printed and which MOK files exist, where given), handed to the Python its filter (nvidia_driver_problems)
+    wraps."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
+    assert task_vars["__nvidia_driver_problems"] == "{{ __settings | dlinfra.gpu_cluster.nvidia_driver_problems(__found) }}"
+    variables = dict(templar.available_variables, **trust(task_vars))
+    if secure_boot_state is not None:
+        variables["__nvidia_driver_sb_state"] = {"stdout": secure_boot_state, "rc": 0}
+    if mok_files is not None:
+        variables["__nvidia_driver_mok_files"] = {"results": [{"item": path, "stat": {"exists": exists}}
+                                                              for path, exists in mok_files.items()]}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return nvidia_driver_preflight.preflight_problems(resolve(templar, "__settings"), resolve(templar, "__found"))
+
+
+@pytest.mark.parametrize("platform, pci_gpus, overrides", [
+    ("ubuntu2404", ["0x2330"] * 8, {}),
+    ("debian12", ["0x102d"] * 4, {}),  # K80 on Debian 12's nvidia-tesla-470
+    ("debian13", ["0x2335"] * 8, {"nvidia_driver_flavor": "open"}),
+    ("ubuntu2204", ["0x2901"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_branch": "570",
+                                    "nvidia_driver_version": "570.86.15"}),
+    ("rhel9", [], {"nvidia_driver_cuda_repo_key_fingerprint": "d42d 0685"}),
+])
+def test_good_settings_pass_preflight(platform, pci_gpus, overrides):
+    assert preflight_problems(role_templar(platform, pci_gpus=pci_gpus, **overrides), "SecureBoot disabled") == []
+
+
+@pytest.mark.parametrize("platform, pci_gpus, overrides, expected", [
+    ("debian13", ["0x2330"] * 8, {"nvidia_driver_branch": "535", "nvidia_driver_flavor": "open"},
+     "the packages of driver branch 535 (nvidia-tesla-535-smi) carry no open kernel modules;"),
+    ("debian12", [], {"nvidia_driver_source": "runfile"},
+     "nvidia_driver_source=runfile is not available on Debian; use one of: distribution, tesla, cuda"),
+    ("ubuntu2404", [], {"nvidia_driver_branch": "570", "nvidia_driver_version": "550.163.01"},
+     "nvidia_driver_version=550.163.01 is not on nvidia_driver_branch=570;"),
+    ("rocky8", [], {}, "no fingerprint is pinned for the CUDA repository key on this platform; set"
+                       " nvidia_driver_cuda_repo_key_fingerprint to the fingerprint NVIDIA publishes for"
+                       " https://developer.download.nvidia.com/compute/cuda/repos/rhel8/x86_64/D42D0685.pub"),
+    ("debian12", ["0x2330"] * 8, {"nvswitch_count": 6},
+     "6 NVSwitch(es) need the fabric manager, which the distribution source does not carry;"),
+    ("ubuntu2204", ["0x0000"], {}, "gpu01: unknown NVIDIA device 10de:0000:"),
+])
+def test_each_problem_names_the_variable_and_the_fix(platform, pci_gpus, overrides, expected):
+    problems = preflight_problems(role_templar(platform, pci_gpus=pci_gpus, **overrides))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(expected), problems[0]
+
+
+def test_an_unsupported_release_is_named():
+    templar = role_templar("debian12")
+    templar.available_variables = dict(templar.available_variables, ansible_facts=dict(
+        templar.available_variables["ansible_facts"], distribution_major_version="11"))
+    assert preflight_problems(templar) == ["Debian 11 is not supported; supported Debian releases: 12, 13"]
+
+
+def test_secure_boot_needs_a_signing_key_that_exists():
+    assert preflight_problems(role_templar("debian13"), "SecureBoot enabled") == [
+        "Secure Boot is enabled, so the kernel will refuse the unsigned DKMS module; enroll a Machine Owner Key for DKMS"
+        " (mokutil --import /var/lib/dkms/mok.pub, then confirm it in the firmware at the next boot) and set"
+        " nvidia_driver_secure_boot_mok_signing=true, or turn Secure Boot off"]
+    templar = role_templar("debian13", nvidia_driver_secure_boot_mok_signing=True)
+    assert preflight_problems(templar, "SecureBoot enabled", {"/var/lib/dkms/mok.key": True, "/var/lib/dkms/mok.pub": True}) == []
+    assert preflight_problems(templar, "SecureBoot enabled", {"/var/lib/dkms/mok.key": False, "/var/lib/dkms/mok.pub": True}) == [
+        "nvidia_driver_secure_boot_mok_signing is true but /var/lib/dkms/mok.key do(es) not exist; create the key pair DKMS"
+        " signs with (dkms generate_mok), enroll it with mokutil --import, or point nvidia_driver_secure_boot_mok_key /"
+        " _certificate at yours"]
