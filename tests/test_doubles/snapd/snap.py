@@ -13,9 +13,9 @@ with snap's own output formats:
   snap download [--channel CH] [--target-directory DIR] NAME   (what an offline bundle collects: NAME_REV.snap and
                                                                 NAME_REV.assert, the same bytes for the same revision)
 
-Installing microk8s copies the microk8s test double (test_double_microk8s.py, placed next to this file under
+Installing microk8s copies the microk8s test double (microk8s.py, placed next to this file under
 ../lib/test-double/: /usr/local/lib/test-double/ by the microk8s scenario's prepare, /usr/lib/test-double/ by the
-fixture package snapd-test-double of the simulated lab, tests/fixtures/test_doubles/) to /snap/microk8s/<rev>/
+fixture package snapd-test-double of the simulated lab, tests/test_doubles/snapd/) to /snap/microk8s/<rev>/
 and links /snap/bin/microk8s, as snapd would; like the snap's install hook it creates the `microk8s` group and,
 when the payload directory holds one, the default args/containerd-template.toml. State lives in
 /var/lib/snapd/test-double-state.json.

@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The microk8s TEST DOUBLE's server-side dry run and GPU accounting (molecule/microk8s/files/test_double_microk8s.py).
+"""The microk8s TEST DOUBLE's server-side dry run and GPU accounting (tests/test_doubles/snapd/microk8s.py).
 
 The simulated lab (`make demo`, tests/harness/lab_verify.yml) relies on them: a manifest the double accepts with --dry-run=server must be one
 the real API server accepts (the k8s_gpu_job filter's output, checked here against the Kubernetes schemas too), a
@@ -18,7 +18,7 @@ import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
 
-SOURCE = pathlib.Path(__file__).resolve().parents[3] / "molecule" / "microk8s" / "files" / "test_double_microk8s.py"
+SOURCE = pathlib.Path(__file__).resolve().parents[3] / "tests" / "test_doubles" / "snapd" / "microk8s.py"
 SPEC = importlib.util.spec_from_file_location("test_double_microk8s", SOURCE)
 double = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(double)

@@ -1,7 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The snap TEST DOUBLE asks its store over the network before anything that needs it, as snapd does
-(molecule/microk8s/files/test_double_snap.py): the store named by snapd.service's SNAPPY_FORCE_API_URL drop-in, else
+(tests/test_doubles/snapd/snap.py): the store named by snapd.service's SNAPPY_FORCE_API_URL drop-in, else
 api.snapcraft.io. The air-gapped lab's proof that microk8s stops naming microk8s_offline_snaps rests on this."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-SOURCE = pathlib.Path(__file__).resolve().parents[3] / "molecule" / "microk8s" / "files" / "test_double_snap.py"
+SOURCE = pathlib.Path(__file__).resolve().parents[3] / "tests" / "test_doubles" / "snapd" / "snap.py"
 SPEC = importlib.util.spec_from_file_location("test_double_snap", SOURCE)
 snap = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(snap)
