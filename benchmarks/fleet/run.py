@@ -22,19 +22,16 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "sim"
-RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+"
-                   r"failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=\d+\s+ignored=\d+", re.M)
+sys.path.insert(0, str(ROOT / "tests" / "harness"))
+import play_recap  # noqa: E402  (tests/harness/play_recap.py: the PLAY RECAP reader the lab stages share)
 TARGETS = {"cpu_per_gpu_node_s": 3.0, "tasks_per_gpu_node": 40, "wall_3_nodes_s": 30.0, "fleet_minutes": 15.0}
 
 
 def recap(output):
     """{host: {"tasks": ok + failed + skipped, "changed", "unreachable", "failed"}} from ansible-playbook's PLAY RECAP."""
-    hosts = {}
-    for match in RECAP.finditer(output):
-        counts = {key: int(value) for key, value in match.groupdict().items() if key != "host"}
-        hosts[match.group("host")] = {"tasks": counts["ok"] + counts["failed"] + counts["skipped"], "changed": counts["changed"],
-                                      "unreachable": counts["unreachable"], "failed": counts["failed"]}
-    return hosts
+    return {host: {"tasks": counts["ok"] + counts["failed"] + counts["skipped"], "changed": counts["changed"],
+                   "unreachable": counts["unreachable"], "failed": counts["failed"]}
+            for host, counts in play_recap.recap(output).items()}
 
 
 TASK_HEADER = re.compile(r"^TASK \[(?:(?P<role>[\w.]+) : )?.*\] \**$")

@@ -38,6 +38,7 @@ import sys
 import time
 
 from lab import ROOT, Stage
+from play_recap import recap
 
 WORK = ROOT / ".cache" / "airgap"
 STORE = "sim-store"  # the store of inventories/sim (group dataset_store)
@@ -208,16 +209,6 @@ def playbook(name, inventory, *extra, timeout=None, env=None):
     status = "timed out" if code is None else "exit %d" % code
     print("airgap-lab: site.yml (%s): %s in %.0f s (log %s)" % (name, status, elapsed, log), flush=True)
     return code, log.read_text(errors="replace"), elapsed
-
-
-def recap(output):
-    """host -> {'changed': n, 'failed': n, ...} from the last PLAY RECAP."""
-    hosts = {}
-    for line in output[output.rfind("PLAY RECAP"):].splitlines()[1:]:
-        match = re.match(r"^(\S+)\s*:\s*(.*)$", line)
-        if match:
-            hosts[match.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2))}
-    return hosts
 
 
 def run_again(name, arguments):

@@ -38,6 +38,7 @@ import subprocess
 import time
 
 from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
+from play_recap import recap
 
 WORK = ROOT / ".cache" / "rolling"
 CALLS = "/srv/microk8s-test-double/calls.log"
@@ -91,11 +92,6 @@ def upgrade(name, *extra, playbook="dlinfra.gpu_cluster.upgrade"):
     print("rolling-lab: run %s: exit %d in %.0f s (log %s)" % (name, code, time.monotonic() - started, WORK / (name + ".log")),
           flush=True)
     return code, text
-
-
-def recap(text):
-    return {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-            for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", text, re.MULTILINE)}
 
 
 def calls_since(offset):
