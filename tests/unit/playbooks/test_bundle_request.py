@@ -1,7 +1,8 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""playbooks/bundle.yml refuses a request it cannot carry out before it builds anything: bundle_snaps on a host without
-a working snap command, malformed entries. Real ansible-playbook runs on localhost (connection local)."""
+"""playbooks/bundle.yml (the role bundle) refuses a request it cannot carry out before it builds anything:
+bundle_snaps on a host without a working snap command, malformed entries, a variable of the wrong type; and builds an
+empty cache's bundle twice to the same manifest. Real ansible-playbook runs on localhost (connection local)."""
 
 import os
 import pathlib
@@ -20,7 +21,9 @@ def run_bundle(tmp_path, *extra):
     cache.mkdir(exist_ok=True)
     (tmp_path / "hosts.yml").write_text(
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: %s\n" % sys.executable)
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(tmp_path))
+    # The collection from this clone (the play runs the role dlinfra.gpu_cluster.bundle), as ansible.cfg finds it.
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(tmp_path),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"))
     if shutil.which("snap"):
         # This host has snap: stand a failing one in front of it, as on a bundle host whose snap does not work.
         fake = tmp_path / "bin"
@@ -51,3 +54,33 @@ def test_malformed_snaps_are_refused_naming_the_variable(tmp_path, snaps):
     assert code != 0, output
     assert "bundle_snaps a list of snap names or of {name, channel}" in output
     assert not (tmp_path / "bundle.new").exists()
+
+
+# Each of these got past the old play's variable checks (a mapping iterates as its keys) and failed in the middle of
+# the build; the role's argument specs now refuse them first.
+@pytest.mark.parametrize("variable, value", [("bundle_files", '{"url": "http://example.org/key.gpg"}'),
+                                             ("bundle_snaps", '{"name": "microk8s"}')])
+def test_a_wrong_type_stops_before_anything_is_built(tmp_path, variable, value):
+    code, output = run_bundle(tmp_path, "-e", '{"%s": %s}' % (variable, value))
+    assert code != 0, output
+    assert "Validation of arguments failed: argument '%s' is of type dict" % variable in output
+    assert not (tmp_path / "bundle.new").exists() and not (tmp_path / "bundle").exists()
+    assert not (tmp_path / "manifest.sha256").exists()
+
+
+def test_a_cache_gives_a_bundle_laid_out_as_its_urls_and_the_same_manifest_twice(tmp_path):
+    cache = tmp_path / "acng"
+    (cache / "vendor.example" / "repo").mkdir(parents=True)
+    (cache / "vendor.example" / "repo" / "gpgkey").write_text("key\n")
+    (cache / "vendor.example" / "repo" / "gpgkey.head").write_text("acng's record\n")
+    (cache / "_xstore").mkdir()
+    code, output = run_bundle(tmp_path)
+    assert code == 0, output
+    manifest = (tmp_path / "manifest.sha256").read_text()
+    assert manifest.endswith("  vendor.example/repo/gpgkey\n") and len(manifest.splitlines()) == 1
+    assert (tmp_path / "bundle" / "MANIFEST.sha256").read_text() == manifest
+    assert "localhost:%s: 1 files" % (tmp_path / "bundle") in output
+    assert "localhost : ok=" in output and " changed=0 " not in output.rsplit("PLAY RECAP", maxsplit=1)[-1]
+    code, output = run_bundle(tmp_path)
+    assert code == 0 and "the same as the bundle it replaced" in output, output
+    assert " changed=0 " in output.rsplit("PLAY RECAP", maxsplit=1)[-1]

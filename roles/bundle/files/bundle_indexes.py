@@ -2,7 +2,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Make each suite of an offline bundle's archives whole: the InRelease its cached indexes belong to, and every package
-index a node will ask for (playbooks/bundle.yml).
+index a node will ask for (roles/bundle, run by playbooks/bundle.yml).
 
 apt on a node reads dists/SUITE/InRelease, then each index by the SHA-256 it lists (by-hash). What apt-cacher-ng cached
 falls short of that in two ways:
@@ -130,7 +130,7 @@ def settle(suite_dir):
                      "the proxy, then build the bundle again" % (suite_dir, ", ".join(sorted(needed))))
 
 
-# The archives' places in a bundle (apt-cacher-ng's remapped names, playbooks/bundle.yml), which are also their paths on
+# The archives' places in a bundle (apt-cacher-ng's remapped names, roles/bundle), which are also their paths on
 # the proxy.
 ARCHIVES = ("debian", "debian-security", "ubuntu")
 

@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""playbooks/files/bundle_indexes.py: each suite keeps the InRelease its cached indexes belong to."""
+"""roles/bundle/files/bundle_indexes.py: each suite keeps the InRelease its cached indexes belong to."""
 
 import hashlib
 import importlib.util
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[3] / "playbooks" / "files" / "bundle_indexes.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[4] / "roles" / "bundle" / "files" / "bundle_indexes.py"
 spec = importlib.util.spec_from_file_location("bundle_indexes", SCRIPT)
 bundle_indexes = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bundle_indexes)
