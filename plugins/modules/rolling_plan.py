@@ -118,6 +118,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_driver_plan import DRIVER_PLAN_FILE
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import kernel_module_flavor
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import as_pinned, decide
 
@@ -215,7 +216,7 @@ def main():
             gpu_processes=dict(type="int", default=0),
             sysfs_root=dict(type="path", default="/sys"),
             procfs_root=dict(type="path", default="/proc"),
-            driver_plan_file=dict(type="path", default="/var/lib/dlinfra/nvidia_driver.json"),
+            driver_plan_file=dict(type="path", default=DRIVER_PLAN_FILE),
             boot_dir=dict(type="path", default="/boot"),
             reboot_required_file=dict(type="path", default="/run/reboot-required"),
         ),
