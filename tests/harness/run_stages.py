@@ -150,6 +150,9 @@ STARTED, STARTED_CPU = time.monotonic(), cpu_times()
 
 
 def main(argv):
+    if "-h" in argv or "--help" in argv:  # before anything starts: a run takes most of an hour
+        print(__doc__)
+        return 0
     only = argv[argv.index("--only") + 1:] if "--only" in argv else []
     env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")),
                PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")

@@ -1,9 +1,11 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/run_stages.py: the machine's CPU use it prints after each group and at the end."""
+"""tests/harness/run_stages.py: the machine's CPU use it prints after each group and at the end; --help starts nothing."""
 import pathlib
 import re
 import sys
+
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "harness"))
 import run_stages  # noqa: E402  pylint: disable=wrong-import-position
@@ -18,3 +20,9 @@ def test_cpu_use_says_how_busy_and_how_much_was_idle():
     before = run_stages.cpu_times()
     sum(i * i for i in range(200000))
     assert re.fullmatch(r"machine CPU \d+% busy, \d+ core-seconds idle", run_stages.cpu_use(before))
+
+
+def test_help_prints_the_usage_and_starts_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(run_stages.subprocess, "call", lambda *args, **kwargs: pytest.fail("a stage started"))
+    assert run_stages.main(["--help"]) == 0
+    assert "run_stages.py --only NAME" in capsys.readouterr().out
