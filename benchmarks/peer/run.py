@@ -31,6 +31,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_plan  # noqa: E402
+# The engine's own check; the Docker engine, and so the runs' pids, are on this machine.
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import pid_alive  # noqa: E402
 
 MIB = 1 << 20
 IMAGE = "dlinfra-test/debian:bookworm"
@@ -182,17 +184,6 @@ def mbit(count_bytes, seconds):
     return count_bytes * 8 / seconds / 1e6
 
 
-def _alive(pid):
-    """Whether process pid still runs (on this machine: the Docker engine is local)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Lab(object):
     """The store and the four nodes on their own network, with limited links."""
 
@@ -221,7 +212,7 @@ class Lab(object):
         """The containers and networks of earlier runs whose process is gone (killed before their own cleanup)."""
         labels = docker("ps", "-a", "--filter", "label=" + RUN_LABEL, "--format", '{{.Label "%s"}}' % RUN_LABEL,
                         check=False).split()
-        gone = sorted({int(label) for label in labels if label.isdigit() and not _alive(int(label))})
+        gone = sorted({int(label) for label in labels if label.isdigit() and not pid_alive(int(label))})
         if gone:
             log("removing what killed runs %s left behind" % ", ".join(map(str, gone)))
             self.remove(gone)

@@ -9,6 +9,7 @@ role fails once, listing them all.
 
 import posixpath
 import re
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 ACTIONS = ("none", "install", "install_into_empty", "update", "refuse")
 
@@ -47,16 +48,6 @@ def install_action(record, wanted_flavor, wanted_version, prefix_exists, prefix_
     return "refuse"
 
 
-def _checked(what, given, known):
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError("%s has unknown key(s) %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
-
-
-def _joined(items):
-    return ", ".join(str(item) for item in items)
-
-
 def install_problems(settings, found):
     """One line per problem in ``settings`` (the role's values, keys SETTINGS) and ``found`` (what preflight found on
     the host and the controller, keys FOUND); empty when the role can go on.
@@ -68,8 +59,8 @@ def install_problems(settings, found):
     controller, empty where not computed), foreign_conda (conda package records in a prefix without a record),
     missing_users (anaconda_init_users unknown to the host), missing_env_files (environment files not on the controller).
     """
-    _checked("settings", settings, SETTINGS)
-    _checked("found", found, FOUND)
+    check_keys("settings", settings, SETTINGS)
+    check_keys("found", found, FOUND)
     flavor, prefix = settings["flavor"], settings["prefix"]
     installer_file = settings.get("installer_file") or ""
     given_sha256 = settings.get("installer_sha256", "")
@@ -87,7 +78,7 @@ def install_problems(settings, found):
             "of the Miniforge release), or run sha256sum on a copy you trust." % (given_sha256, settings["installer_name"]))
     if settings["architecture"] not in settings["architectures"]:
         problems.append("%s publishes no Linux installer for %s (it has: %s); choose another anaconda_flavor"
-                        % (flavor, settings["architecture"], _joined(settings["architectures"])))
+                        % (flavor, settings["architecture"], joined(settings["architectures"])))
     if installer_file and settings.get("installer_url"):
         problems.append("anaconda_installer_file and anaconda_installer_url are both set; keep one (the file for air-gapped "
                         "sites, the URL otherwise)")
@@ -114,18 +105,18 @@ def install_problems(settings, found):
                         "by other means, or an install was interrupted; the role never wipes or adopts such a prefix. Move "
                         "it aside (mv %s %s.old) or remove it, or set anaconda_prefix to another path, then run again"
                         % (prefix, posixpath.basename(settings["marker"]),
-                           (", and holds " + _joined(foreign)) if foreign else "", prefix, prefix))
+                           (", and holds " + joined(foreign)) if foreign else "", prefix, prefix))
     if found.get("missing_users"):
         problems.append("anaconda_init_users lists %s, unknown to this host (getent passwd); create them first or drop them"
-                        % _joined(found["missing_users"]))
+                        % joined(found["missing_users"]))
     if len(set(env_names)) != len(env_names):
         problems.append("anaconda_environments names an environment twice: %s; give each a unique name"
-                        % _joined(env_names))
+                        % joined(env_names))
     bad_names = [name for name in env_names if not _ENV_NAME.match(name)]
     if bad_names:
         problems.append("anaconda_environments has names that are not a directory name (letters, digits, . _ -): %s"
-                        % _joined(bad_names))
+                        % joined(bad_names))
     if found.get("missing_env_files"):
         problems.append("environment files missing on the controller: %s; give anaconda_environments[].file as an "
-                        "absolute path or one relative to the inventory directory" % _joined(found["missing_env_files"]))
+                        "absolute path or one relative to the inventory directory" % joined(found["missing_env_files"]))
     return problems

@@ -8,6 +8,7 @@ them: a pattern is matched against the value as text.
 """
 
 import re
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 SETTINGS = ("distribution", "major_version", "releases", "default_source", "distribution_cuda", "source", "version",
             "cuda_version", "conf_extra", "conf", "tests_install", "tests_sha256", "tests_src", "tests_url", "tests_nvcc",
@@ -19,16 +20,6 @@ _NCCL_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 _CONF_KEY = re.compile(r"^NCCL_[A-Z0-9_]+$")
 _LINE_BREAK = re.compile(r"[\r\n]")
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
-
-
-def _checked(what, given, known):
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError("%s has unknown key(s) %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
-
-
-def _joined(items):
-    return ", ".join(str(item) for item in items)
 
 
 def _matches(pattern, value):
@@ -46,8 +37,8 @@ def preflight_problems(settings, found):
     validate and validate_multinode (nccl_tests_mpi, nccl_validate, nccl_validate_multinode).
     found: nvcc_exists (whether tests_nvcc exists on the host; read only where nccl-tests are built).
     """
-    _checked("settings", settings, SETTINGS)
-    _checked("found", found, FOUND)
+    check_keys("settings", settings, SETTINGS)
+    check_keys("found", found, FOUND)
     distribution = settings["distribution"]
     platform = "%s %s" % (distribution, settings["major_version"])
     source, default_source = settings["source"], settings["default_source"]
@@ -58,7 +49,7 @@ def preflight_problems(settings, found):
 
     if default_source == "unsupported":
         problems.append("%s is not supported; supported %s releases: %s"
-                        % (platform, distribution, _joined(settings["releases"])))
+                        % (platform, distribution, joined(settings["releases"])))
     if source == "none":
         problems.append("%s has no NCCL package in its archive (Debian 13 is the first with libnccl2, in contrib); set "
                         "nccl_source: cuda and nccl_cuda_version to the cluster's CUDA release (for example 12.4), with "
@@ -79,10 +70,10 @@ def preflight_problems(settings, found):
     bad_keys = [key for key in settings.get("conf_extra") or {} if not _matches(_CONF_KEY, key)]
     if bad_keys:
         problems.append("nccl_conf_extra has key(s) NCCL does not read from nccl.conf: %s; use NCCL_* variable names (for "
-                        "example NCCL_IB_GID_INDEX)" % _joined(bad_keys))
+                        "example NCCL_IB_GID_INDEX)" % joined(bad_keys))
     bad_values = [key for key, value in settings.get("conf") or [] if isinstance(value, str) and _LINE_BREAK.search(value)]
     if bad_values:
-        problems.append("the nccl.conf value(s) of %s hold a line break; give each one line" % _joined(bad_values))
+        problems.append("the nccl.conf value(s) of %s hold a line break; give each one line" % joined(bad_values))
     if tests_install and not _matches(_SHA256, settings["tests_sha256"]):
         problems.append("nccl_tests_install is true but nccl_tests_sha256 is not a sha256 (64 hex digits): no checksum, no "
                         "build; set it to the sha256 of %s" % (settings.get("tests_src") or settings["tests_url"]))

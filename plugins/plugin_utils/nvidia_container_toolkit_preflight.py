@@ -9,21 +9,12 @@ tests match them.
 
 import os.path
 import re
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 SETTINGS = ("os_family", "distribution", "major_version", "releases", "version", "repo_key_fingerprint",
             "engine_source", "docker_repo_key_fingerprint", "source", "packages", "local_packages")
 
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
-
-
-def _checked(what, given, known):
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError("%s has unknown key(s) %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
-
-
-def _joined(items):
-    return ", ".join(str(item) for item in items)
 
 
 def _fingerprint_ok(given):
@@ -43,7 +34,7 @@ def preflight_problems(settings):
     set: spaces and case do not count), engine_source, source (nvidia_container_toolkit_*), packages (the toolkit's
     packages) and local_packages (nvidia_container_toolkit_local_packages, paths of .deb files).
     """
-    _checked("settings", settings, SETTINGS)
+    check_keys("settings", settings, SETTINGS)
     version = settings["version"]
     source = settings["source"]
     local_packages = settings.get("local_packages") or []
@@ -67,11 +58,11 @@ def preflight_problems(settings):
     lacking = _unique(package for package in settings["packages"] if package not in local_names)
     if source == "local" and lacking:
         problems.append("nvidia_container_toolkit_source is local but nvidia_container_toolkit_local_packages lacks %s; "
-                        "list a .deb file (<package>_<version>_<arch>.deb) for each" % _joined(lacking))
+                        "list a .deb file (<package>_<version>_<arch>.deb) for each" % joined(lacking))
     bad_versions = [name for name in local_files if not version_pattern.match(name)]
     if source == "local" and bad_versions:
         problems.append("%s do(es) not carry nvidia_container_toolkit_version %s; list the files of that version, or "
-                        "change the version" % (_joined(bad_versions), version))
+                        "change the version" % (joined(bad_versions), version))
     if local_packages and source != "local":
         problems.append("nvidia_container_toolkit_local_packages is set but nvidia_container_toolkit_source is %s; set "
                         "the source to local to install them" % source)

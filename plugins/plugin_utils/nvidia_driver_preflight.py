@@ -7,6 +7,8 @@ then turns the role's settings (its variables and the platform's data) and what 
 its GPUs, Secure Boot, the signing key) into one line per problem; the role fails once, listing them all.
 """
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
+
 SETTINGS = ("distribution", "major_version", "releases", "source", "source_effective", "sources", "branch", "version",
             "cuda_key_fingerprint", "cuda_key_url", "fabric_manager_wanted", "fabric_manager_package", "mok_signing",
             "mok_certificate")
@@ -14,16 +16,6 @@ FOUND = ("plan_problems", "branch", "flavor", "anchor", "kernel_flavors", "nvswi
          "missing_mok_files")
 
 SECURE_BOOT_ON = "SecureBoot enabled"
-
-
-def _checked(what, given, known):
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError("%s has unknown key(s) %s; known: %s" % (what, ", ".join(unknown), ", ".join(known)))
-
-
-def _joined(items, separator=", "):
-    return separator.join(str(item) for item in items)
 
 
 def preflight_problems(settings, found):
@@ -40,8 +32,8 @@ def preflight_problems(settings, found):
     modules for), nvswitch_count, secure_boot_state (what mokutil --sb-state printed, empty where not asked) and
     missing_mok_files (the signing key files that do not exist).
     """
-    _checked("settings", settings, SETTINGS)
-    _checked("found", found, FOUND)
+    check_keys("settings", settings, SETTINGS)
+    check_keys("found", found, FOUND)
     distribution, major_version = settings["distribution"], settings["major_version"]
     sources, source_effective = settings["sources"], settings["source_effective"]
     branch, version = settings.get("branch"), settings.get("version")
@@ -50,10 +42,10 @@ def preflight_problems(settings, found):
 
     if major_version not in settings["releases"]:
         problems.append("%s %s is not supported; supported %s releases: %s"
-                        % (distribution, major_version, distribution, _joined(settings["releases"])))
+                        % (distribution, major_version, distribution, joined(settings["releases"])))
     if source_effective not in sources:
         problems.append("nvidia_driver_source=%s is not available on %s; use one of: %s"
-                        % (settings["source"], distribution, _joined(sources)))
+                        % (settings["source"], distribution, joined(sources)))
     if not plan_problems and source_effective in sources and found["flavor"] not in found["kernel_flavors"]:
         problems.append("the packages of driver branch %s (%s) carry no %s kernel modules; set nvidia_driver_flavor: "
                         "proprietary, or another nvidia_driver_branch" % (found["branch"], found["anchor"], found["flavor"]))
@@ -76,5 +68,5 @@ def preflight_problems(settings, found):
         problems.append("nvidia_driver_secure_boot_mok_signing is true but %s do(es) not exist; create the key pair DKMS "
                         "signs with (dkms generate_mok), enroll it with mokutil --import, or point "
                         "nvidia_driver_secure_boot_mok_key / _certificate at yours"
-                        % _joined(found["missing_mok_files"], " and "))
+                        % joined(found["missing_mok_files"], " and "))
     return problems
