@@ -124,6 +124,7 @@ def run_group(group, members, env, at_once):
             if any(r[1] != 0 for r in results):  # a lane stops where any member failed
                 return
             returncode, elapsed, log = run_logged(name, command, env)
+            LOGGED[name] = log
             with lock:
                 print("\n===== stage %s: %s (output of %s)" % (name, " ".join(command), log), flush=True)
                 print(log.read_text(errors="replace"), end="", flush=True)
@@ -147,6 +148,20 @@ def run_group(group, members, env, at_once):
 
 
 STARTED, STARTED_CPU = time.monotonic(), cpu_times()
+LOGGED = {}  # stage name -> its log, for the stages of groups
+FAILURE_LINES = ("fatal: [", "failed: [", "FAILED", "ERROR", "Error", "Traceback")
+
+
+def why_failed(name):
+    """Again at the end, where a CI's tail shows it: a failed stage's error lines and its last lines. A group's
+    stages print whole as they end, so a failure early in a long group would sit far above the summary."""
+    log = LOGGED.get(name)
+    if log is None:
+        return
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [line for line in lines[:-40] if any(word in line for word in FAILURE_LINES)]
+    print("\n===== why %s failed: its error lines, then its last 40 lines (all of it in %s)" % (name, log))
+    print("\n".join([line[:400] for line in errors[-20:]] + ["..."] + [line[:400] for line in lines[-40:]]))
 
 
 def main(argv):
@@ -176,6 +191,9 @@ def main(argv):
         if returncode != 0:
             break
 
+    for name, returncode, elapsed in results:
+        if returncode != 0:
+            why_failed(name)
     print("\n%-34s %8s  %s" % ("stage", "seconds", "result"))
     for name, returncode, elapsed in results:
         print("%-34s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))

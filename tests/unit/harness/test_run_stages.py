@@ -26,3 +26,14 @@ def test_help_prints_the_usage_and_starts_nothing(capsys, monkeypatch):
     monkeypatch.setattr(run_stages.subprocess, "call", lambda *args, **kwargs: pytest.fail("a stage started"))
     assert run_stages.main(["--help"]) == 0
     assert "run_stages.py --only NAME" in capsys.readouterr().out
+
+
+def test_a_failed_stage_shows_its_error_lines_and_its_end_again(capsys, monkeypatch, tmp_path):
+    log = tmp_path / "airgap.log"
+    log.write_text("\n".join(["TASK [x]", "fatal: [sim-gpu1]: FAILED! => {\"msg\": \"apt timed out\"}"]
+                             + ["ok: [sim-gpu1] line %d" % i for i in range(100)] + ["airgap-lab: FAILED: site.yml failed"]))
+    monkeypatch.setitem(run_stages.LOGGED, "airgap", log)
+    run_stages.why_failed("airgap")
+    out = capsys.readouterr().out
+    assert "===== why airgap failed" in out and "apt timed out" in out
+    assert out.rstrip().endswith("airgap-lab: FAILED: site.yml failed") and "line 60" not in out and "line 61" in out
