@@ -1,0 +1,41 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""converged_state's controller half: the role's inputs digest (plugin_utils/converged_inputs.py), then the module.
+gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed."""
+from ansible.errors import AnsibleActionFail, AnsibleError
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inputs import (
+    collection_version, inputs_digest, role_files_digest, role_variables)
+
+FULL_RUN = "gpu_cluster_full_run"
+
+
+class ActionModule(ActionBase):
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        module_args = dict(self._task.args)
+        role = module_args.get("role")
+        role_path = task_vars.get("role_path")
+        if not role or not role_path:
+            raise AnsibleActionFail("converged_state runs inside a role, with role: naming it")
+        if not boolean(module_args.get("record", False), strict=False) and \
+                boolean(self._templar.template(task_vars.get(FULL_RUN, False)), strict=False):
+            result.update(changed=False, converged=False, drift=[], reason="%s is true: the role runs in full" % FULL_RUN)
+            return result
+        variables = {name: self._value(task_vars[name]) for name in role_variables(task_vars, role)}
+        module_args["inputs_digest"] = inputs_digest(variables, task_vars.get("ansible_facts", {}),
+                                                     module_args.pop("inputs", None), role_files_digest(role_path),
+                                                     collection_version(role_path))
+        result.update(self._execute_module(module_name="dlinfra.gpu_cluster.converged_state", module_args=module_args,
+                                           task_vars=task_vars))
+        return result
+
+    def _value(self, raw):
+        """A variable as the role sees it; one that cannot be templated yet counts as its text, which is as stable."""
+        try:
+            return self._templar.template(raw)
+        except AnsibleError:
+            return str(raw)

@@ -1,0 +1,218 @@
+"""converged_state's main() on a fake node: dpkg-query and systemctl stand-ins on PATH print their real formats from
+files the tests edit, so each kind of drift (a version, a hold, a file's content or mode, a directory's entries, a
+service's state) is made the way an admin or a package upgrade would make it."""
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.modules import converged_state
+
+DIGEST = "d" * 64
+
+
+class FakeNode:
+    def __init__(self, root):
+        self.root = root
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.records = root / "records"
+        self.packages = {"libnccl2": ("hi", "2.21.5-1"), "libnccl-dev": ("hi", "2.21.5-1")}
+        self.units = {"nvidia-persistenced.service": ("enabled", "active")}
+        self.conf = root / "nccl.conf"
+        self.conf.write_text("NCCL_DEBUG=WARN\n")
+        self.envs = root / "envs"
+        (self.envs / "base").mkdir(parents=True)
+        # dpkg-query -W -f '${Package}\t${db:Status-Abbrev}\t${Version}\n' NAME...: one line per installed name; a
+        # name it does not know goes to stderr and makes the exit status 1.
+        self._script("dpkg-query", 'rc=0; shift 3; for name in "$@"; do line=$(grep "^$name\t" %s) '
+                                   '|| { echo "dpkg-query: no packages found matching $name" >&2; rc=1; continue; }; '
+                                   'printf "%%s\\n" "$line"; done; exit $rc' % (root / "packages.tsv"))
+        # systemctl show --property=Id,UnitFileState,ActiveState UNIT...: a block per unit, blank lines between.
+        self._script("systemctl", 'shift 2; first=1; for unit in "$@"; do [ $first = 1 ] || echo; first=0; '
+                                  'line=$(grep "^$unit " %s) || line="$unit - inactive"; set -- $line; '
+                                  'printf "Id=%%s\\nUnitFileState=%%s\\nActiveState=%%s\\n" "$unit" "$2" "$3"; done'
+                                  % (root / "units.txt"))
+        self.write()
+
+    def _script(self, name, body):
+        path = self.bin / name
+        path.write_text("#!/bin/bash\n" + body + "\n")
+        path.chmod(0o755)
+
+    def write(self):
+        (self.root / "packages.tsv").write_text("".join("%s\t%s \t%s\n" % (name, status, version)
+                                                        for name, (status, version) in self.packages.items()))
+        (self.root / "units.txt").write_text("".join("%s %s %s\n" % (unit, enabled, active)
+                                                     for unit, (enabled, active) in self.units.items()))
+
+    def args(self, record=False, digest=DIGEST, **extra):
+        return dict({"role": "nccl", "inputs_digest": digest, "record": record, "record_dir": str(self.records),
+                     "packages": sorted(self.packages), "paths": [str(self.conf), str(self.envs),
+                                                                  str(self.root / "absent.conf")],
+                     "services": sorted(self.units)}, **extra)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    fake = FakeNode(tmp_path)
+    monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % fake.bin)
+    return fake
+
+
+def run_module(capsys, args, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exit_info:
+            converged_state.main()
+    result = json.loads(capsys.readouterr().out)
+    result["_exit_code"] = exit_info.value.code
+    return result
+
+
+def recorded(capsys, node):
+    result = run_module(capsys, node.args(record=True))
+    assert result["changed"] is True and result["_exit_code"] == 0
+    return result
+
+
+def test_no_record_is_not_converged(node, capsys):
+    result = run_module(capsys, node.args())
+    assert result["converged"] is False and result["changed"] is False
+    assert result["reason"] == "no record of a full run of the role"
+
+
+def test_a_record_then_nothing_moved_is_converged(node, capsys):
+    recorded(capsys, node)
+    result = run_module(capsys, node.args())
+    assert (result["converged"], result["reason"], result["drift"]) == (True, "", [])
+
+
+def test_recording_the_same_state_again_changes_nothing(node, capsys):
+    recorded(capsys, node)
+    assert run_module(capsys, node.args(record=True))["changed"] is False
+
+
+def test_the_record_holds_each_kind_of_item(node, capsys):
+    recorded(capsys, node)
+    items = json.loads((node.records / "nccl.json").read_text())["items"]
+    assert items["package libnccl2"] == "hi 2.21.5-1"
+    assert items["service nvidia-persistenced.service"] == "enabled active"
+    assert items["path %s" % (node.root / "absent.conf")] == "absent"
+    assert items["path %s" % node.conf].startswith("file 644 ")
+    assert items["path %s" % node.envs].startswith("dir ")
+
+
+def test_other_inputs_are_not_converged(node, capsys):
+    recorded(capsys, node)
+    result = run_module(capsys, node.args(digest="e" * 64))
+    assert result["converged"] is False and result["reason"].startswith("the role's inputs changed")
+
+
+def drift_version(node):
+    node.packages["libnccl2"] = ("hi", "2.23.4-1")
+
+
+def drift_hold(node):
+    node.packages["libnccl2"] = ("ii", "2.21.5-1")
+
+
+def drift_removed(node):
+    del node.packages["libnccl-dev"]
+
+
+def drift_content(node):
+    node.conf.write_text("NCCL_DEBUG=INFO\n")
+
+
+def drift_mode(node):
+    node.conf.chmod(0o600)
+
+
+def drift_deleted(node):
+    node.conf.unlink()
+
+
+def drift_created(node):
+    (node.root / "absent.conf").write_text("options nouveau modeset=1\n")
+
+
+def drift_directory(node):
+    (node.envs / "stray").mkdir()
+
+
+def drift_stopped(node):
+    node.units["nvidia-persistenced.service"] = ("enabled", "inactive")
+
+
+def drift_disabled(node):
+    node.units["nvidia-persistenced.service"] = ("disabled", "active")
+
+
+@pytest.mark.parametrize("change, item", [
+    (drift_version, "package libnccl2: recorded hi 2.21.5-1, now hi 2.23.4-1"),
+    (drift_hold, "package libnccl2: recorded hi 2.21.5-1, now ii 2.21.5-1"),
+    (drift_removed, "package libnccl-dev: recorded hi 2.21.5-1, now absent"),
+    (drift_content, "path {conf}: recorded file 644"),
+    (drift_mode, "path {conf}: recorded file 644"),
+    (drift_deleted, "path {conf}: recorded file 644"),
+    (drift_created, "path {root}/absent.conf: recorded absent, now file"),
+    (drift_directory, "path {root}/envs: recorded dir"),
+    (drift_stopped, "service nvidia-persistenced.service: recorded enabled active, now enabled inactive"),
+    (drift_disabled, "service nvidia-persistenced.service: recorded enabled active, now disabled active"),
+])
+def test_each_kind_of_drift_is_found_and_named(node, capsys, change, item):
+    recorded(capsys, node)
+    change(node)
+    node.write()
+    result = run_module(capsys, node.args())
+    assert result["converged"] is False
+    assert len(result["drift"]) == 1 and result["drift"][0].startswith(item.format(conf=node.conf, root=node.root))
+    assert result["reason"] == "drift: " + result["drift"][0]
+
+
+def test_check_mode_reports_the_record_it_would_write_and_writes_nothing(node, capsys):
+    result = run_module(capsys, node.args(record=True), check_mode=True)
+    assert result["changed"] is True and not (node.records / "nccl.json").exists()
+
+
+def test_a_torn_record_counts_as_none(node, capsys):
+    recorded(capsys, node)
+    (node.records / "nccl.json").write_text('{"format": 1, "inputs_dig')
+    assert run_module(capsys, node.args())["reason"] == "no record of a full run of the role"
+
+
+def test_the_record_is_replaced_in_one_step(node, capsys, monkeypatch):
+    recorded(capsys, node)
+    before = (node.records / "nccl.json").read_text()
+    drift_content(node)
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(converged_state.os, "replace", killed)
+    with patch_module_args(node.args(record=True)):
+        with pytest.raises(KeyboardInterrupt):
+            converged_state.main()
+    assert (node.records / "nccl.json").read_text() == before
+    assert os.listdir(node.records) == ["nccl.json"]
+
+
+def test_without_dpkg_a_node_is_never_converged(node, capsys, monkeypatch):
+    recorded(capsys, node)
+    monkeypatch.setattr(converged_state.shutil, "which", lambda name: None)
+    result = run_module(capsys, node.args())
+    assert result["converged"] is False and "apt systems only" in result["reason"]
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"inputs_digest": ""}, "call the module through its action plugin"),
+    ({"role": "../etc"}, "is not a role name"),
+])
+def test_bad_input_fails_naming_it(node, capsys, args, words):
+    result = run_module(capsys, dict(node.args(), **args))
+    assert result["failed"] is True and words in result["msg"]
