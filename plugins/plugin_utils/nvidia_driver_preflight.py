@@ -10,8 +10,8 @@ its GPUs, Secure Boot, the signing key) into one line per problem; the role fail
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 SETTINGS = ("distribution", "major_version", "releases", "source", "source_effective", "sources", "branch", "version",
-            "cuda_key_fingerprint", "cuda_key_url", "fabric_manager_wanted", "fabric_manager_package", "mok_signing",
-            "mok_certificate")
+            "cuda_key_fingerprint", "cuda_key_url", "fabric_manager_wanted", "fabric_manager_package",
+            "source_last_branch", "mok_signing", "mok_certificate")
 FOUND = ("plan_problems", "branch", "flavor", "anchor", "kernel_flavors", "nvswitch_count", "secure_boot_state",
          "missing_mok_files")
 
@@ -25,8 +25,9 @@ def preflight_problems(settings, found):
     source (nvidia_driver_source as set), source_effective (the source the role uses), sources (the platform's package
     sets), branch and version (nvidia_driver_branch and nvidia_driver_version as set), cuda_key_fingerprint and
     cuda_key_url (of the CUDA repository's key), fabric_manager_wanted (whether the node gets the fabric manager),
-    fabric_manager_package (the effective source's, empty where it carries none), mok_signing and mok_certificate
-    (nvidia_driver_secure_boot_mok_*).
+    fabric_manager_package (the effective source's, empty where it carries none), source_last_branch (the newest
+    branch whose package names the effective source's set knows, empty where any branch fits), mok_signing and
+    mok_certificate (nvidia_driver_secure_boot_mok_*).
     found: plan_problems (those of the node's plan), branch and flavor (the plan's branch and kernel module flavour),
     anchor and kernel_flavors (of the package set for that branch: its anchor package, the flavours it has kernel
     modules for), nvswitch_count, secure_boot_state (what mokutil --sb-state printed, empty where not asked) and
@@ -49,6 +50,13 @@ def preflight_problems(settings, found):
     if not plan_problems and source_effective in sources and found["flavor"] not in found["kernel_flavors"]:
         problems.append("the packages of driver branch %s (%s) carry no %s kernel modules; set nvidia_driver_flavor: "
                         "proprietary, or another nvidia_driver_branch" % (found["branch"], found["anchor"], found["flavor"]))
+    last_branch = str(settings.get("source_last_branch") or "")
+    if not plan_problems and _past(found["branch"], last_branch):
+        problems.append("driver branch %s is newer than the packages the %s source's set names on %s: from branch 590 "
+                        "NVIDIA's repository drops the branch from its package names (nvidia-dkms-open, not "
+                        "nvidia-dkms-590-open) and locks a branch with pinning packages instead; set nvidia_driver_branch "
+                        "(or nvidia_driver_version) to %s or lower, or choose another nvidia_driver_source"
+                        % (found["branch"], source_effective, distribution, last_branch))
     if branch and version and not ("%s." % version).startswith("%s." % branch):
         problems.append("nvidia_driver_version=%s is not on nvidia_driver_branch=%s; set one of them, or make them agree"
                         % (version, branch))
@@ -70,3 +78,9 @@ def preflight_problems(settings, found):
                         "nvidia_driver_secure_boot_mok_key / _certificate at yours"
                         % joined(found["missing_mok_files"], " and "))
     return problems
+
+
+def _past(branch, last_branch):
+    """Whether driver ``branch`` is newer than ``last_branch``; False where either is not a number."""
+    branch = str(branch or "")
+    return branch.isdigit() and last_branch.isdigit() and int(branch) > int(last_branch)

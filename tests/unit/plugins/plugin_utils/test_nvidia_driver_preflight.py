@@ -14,7 +14,7 @@ UBUNTU24 = {
     "distribution": "Ubuntu", "major_version": "24", "releases": ["22", "24"], "source": "",
     "source_effective": "distribution", "sources": ["distribution", "cuda"], "branch": "", "version": "",
     "cuda_key_fingerprint": CUDA_KEY, "cuda_key_url": KEY_URL, "fabric_manager_wanted": False,
-    "fabric_manager_package": "nvidia-fabricmanager-550", "mok_signing": False,
+    "fabric_manager_package": "nvidia-fabricmanager-550", "source_last_branch": "", "mok_signing": False,
     "mok_certificate": "/var/lib/dkms/mok.pub",
 }
 PLANNED = {"plan_problems": [], "branch": "550", "flavor": "proprietary", "anchor": "nvidia-utils-550-server",
@@ -42,6 +42,9 @@ def test_the_keys_are_those_the_docs_name():
     pytest.param({}, {"secure_boot_state": "SecureBoot disabled"}, id="secure-boot-off"),
     pytest.param({"mok_signing": True}, {"secure_boot_state": "SecureBoot enabled"}, id="secure-boot-with-mok"),
     pytest.param({}, {"flavor": "open"}, id="open-flavour"),
+    pytest.param({"source_effective": "cuda", "source_last_branch": "580"}, {"branch": "580"}, id="cuda-at-its-last-branch"),
+    pytest.param({"source_effective": "cuda", "source_last_branch": "580"}, {"branch": "470"}, id="cuda-older-branch"),
+    pytest.param({"source_last_branch": ""}, {"branch": "595"}, id="a-set-without-a-last-branch"),
 ])
 def test_good_settings_are_no_problem(settings, found):
     assert problems(found, **settings) == []
@@ -74,6 +77,27 @@ def test_a_branch_whose_packages_lack_the_flavour(plan_problems, lines):
         assert result == [
             "the packages of driver branch 535 (nvidia-tesla-535-smi) carry no open kernel modules; set "
             "nvidia_driver_flavor: proprietary, or another nvidia_driver_branch"]
+
+
+@pytest.mark.parametrize("branch", ["590", "595", "610"])
+def test_a_branch_past_the_source_s_package_names(branch):
+    assert problems({"branch": branch}, source="cuda", source_effective="cuda", source_last_branch="580") == [
+        "driver branch %s is newer than the packages the cuda source's set names on Ubuntu: from branch 590 NVIDIA's "
+        "repository drops the branch from its package names (nvidia-dkms-open, not nvidia-dkms-590-open) and locks a "
+        "branch with pinning packages instead; set nvidia_driver_branch (or nvidia_driver_version) to 580 or lower, or "
+        "choose another nvidia_driver_source" % branch]
+
+
+def test_a_branch_past_the_source_s_names_comes_before_the_version_problem():
+    lines = problems({"branch": "590"}, source_effective="cuda", source_last_branch="580", branch="590",
+                     version="595.1")
+    assert [line.split(" ")[0] for line in lines] == ["driver", "nvidia_driver_version=595.1"]
+
+
+def test_a_plan_with_problems_has_no_branch_to_check_against_the_source():
+    assert problems({"plan_problems": ["gpu01: the plan's"], "branch": ""}, source_last_branch="580") == ["gpu01: the plan's"]
+    assert problems({"plan_problems": ["gpu01: the plan's"], "branch": "590"}, source_last_branch="580") == [
+        "gpu01: the plan's"]
 
 
 @pytest.mark.parametrize("branch, version", [("550", "535.261.03"), ("55", "550.163.01"), ("550", "5501.1"),

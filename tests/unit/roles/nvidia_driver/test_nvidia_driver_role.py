@@ -272,9 +272,10 @@ def test_platform_files_are_complete(platform):
     assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     for package_set in data["__nvidia_driver_package_sets"].values():
-        # EL's CUDA repository adds the module its streams belong to.
-        assert set(package_set) - {"module", "module_stream"} == {"anchor", "userspace", "full", "kernel", "companions",
-                                                                  "fabric_manager", "dkms_module", "fixed_branch"}
+        # EL's CUDA repository adds the module its streams belong to; Ubuntu's the last branch its names fit.
+        optional = {"module", "module_stream", "last_branch"}
+        assert set(package_set) - optional == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager",
+                                               "dkms_module", "fixed_branch"}
         assert ("module" in package_set) == (os_family == "RedHat") == ("module_stream" in package_set)
         # One kernel module package list and DKMS module name per flavour the plan can give (Debian's tesla families:
         # proprietary only; preflight refuses the open flavour there).
@@ -365,6 +366,9 @@ def preflight_problems(templar, secure_boot_state=None, mok_files=None):
     ("ubuntu2204", ["0x2901"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_branch": "570",
                                     "nvidia_driver_version": "570.86.15"}),
     ("rhel9", [], {"nvidia_driver_cuda_repo_key_fingerprint": "d42d 0685"}),
+    ("ubuntu2404", ["0x2330"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_branch": "580"}),
+    # Debian's CUDA packages never carried the branch in their names.
+    ("debian13", ["0x2335"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_branch": "590"}),
 ])
 def test_good_settings_pass_preflight(platform, pci_gpus, overrides):
     assert preflight_problems(role_templar(platform, pci_gpus=pci_gpus, **overrides), "SecureBoot disabled") == []
@@ -383,6 +387,10 @@ def test_good_settings_pass_preflight(platform, pci_gpus, overrides):
     ("debian12", ["0x2330"] * 8, {"nvswitch_count": 6},
      "6 NVSwitch(es) need the fabric manager, which the distribution source does not carry;"),
     ("ubuntu2204", ["0x0000"], {}, "gpu01: unknown NVIDIA device 10de:0000:"),
+    ("ubuntu2404", ["0x2330"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_branch": "590"},
+     "driver branch 590 is newer than the packages the cuda source's set names on Ubuntu:"),
+    ("ubuntu2204", ["0x2901"] * 8, {"nvidia_driver_source": "cuda", "nvidia_driver_version": "595.45.04"},
+     "driver branch 595 is newer than the packages the cuda source's set names on Ubuntu:"),
 ])
 def test_each_problem_names_the_variable_and_the_fix(platform, pci_gpus, overrides, expected):
     problems = preflight_problems(role_templar(platform, pci_gpus=pci_gpus, **overrides))
