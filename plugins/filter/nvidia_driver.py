@@ -1,7 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The nvidia_driver role's plan of each node's driver and its preflight problems: a thin wrapper over
-plugin_utils/nvidia_driver_choice and plugin_utils/nvidia_driver_preflight."""
+"""The nvidia_driver role's plan of each node's driver, its preflight problems and Ubuntu's precompiled modules: a thin
+wrapper over plugin_utils/nvidia_driver_choice, nvidia_driver_preflight and nvidia_driver_ubuntu_modules."""
 
 import re
 
@@ -10,6 +10,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
     DriverChoiceError, cuda_driver_problem, driver_plans, node_choice)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
 
 
 def nvidia_driver_plans(hostvars, hosts, groups, settings):
@@ -54,7 +55,14 @@ def nvidia_driver_problems(settings, found):
         raise AnsibleFilterError("nvidia_driver_problems: %s" % error) from error
 
 
+def nvidia_driver_ubuntu_modules(installed_lines, available, kernel, module_flavour):
+    """Canonical's precompiled modules that follow ``kernel``, or none for DKMS (see plugin_utils/nvidia_driver_ubuntu_modules)."""
+    return precompiled_modules([str(line) for line in installed_lines or []], [str(name) for name in available or []],
+                               str(kernel or ""), str(module_flavour or ""))
+
+
 class FilterModule:
     def filters(self):
         return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
-                "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems}
+                "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
+                "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules}

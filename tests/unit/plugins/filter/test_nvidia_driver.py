@@ -2,7 +2,8 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import (
-    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans, nvidia_driver_problems)
+    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans, nvidia_driver_problems,
+    nvidia_driver_ubuntu_modules)
 
 V100, B200 = "0x1db5", "0x2901"
 SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
@@ -71,7 +72,8 @@ PREFLIGHT_FOUND = {"plan_problems": [], "branch": "550", "flavor": "proprietary"
 def test_every_filter_is_exposed():
     assert FilterModule().filters() == {
         "nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
-        "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems}
+        "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
+        "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules}
 
 
 def test_the_problems_filter_returns_the_lines():
@@ -85,3 +87,10 @@ def test_the_problems_filter_turns_a_missing_or_unknown_key_into_a_filter_error(
         nvidia_driver_problems(PREFLIGHT_SETTINGS, {key: value for key, value in PREFLIGHT_FOUND.items() if key != "flavor"})
     with pytest.raises(AnsibleFilterError, match="nvidia_driver_problems: settings has unknown key.s. mok"):
         nvidia_driver_problems(dict(PREFLIGHT_SETTINGS, mok=True), PREFLIGHT_FOUND)
+
+
+def test_the_ubuntu_modules_filter_takes_what_the_probes_printed_and_empty_values():
+    installed = ["linux-image-aws;ii ;linux-image-6.8.0-1012-aws", "linux-image-6.8.0-1012-aws;ii ;"]
+    available = ["linux-modules-nvidia-580-server-open-aws", "linux-modules-nvidia-580-server-open-6.8.0-1012-aws"]
+    assert nvidia_driver_ubuntu_modules(installed, available, "6.8.0-1012-aws", "580-server-open")["packages"] == available
+    assert nvidia_driver_ubuntu_modules(None, None, None, None)["packages"] == []

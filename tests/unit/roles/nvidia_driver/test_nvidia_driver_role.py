@@ -22,6 +22,7 @@ from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nvidia_driver_preflight
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import driver_plans
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
 from role_vars import platform_file, role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"
@@ -272,8 +273,9 @@ def test_platform_files_are_complete(platform):
     assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     for package_set in data["__nvidia_driver_package_sets"].values():
-        # EL's CUDA repository adds the module its streams belong to; Ubuntu's the last branch its names fit.
-        optional = {"module", "module_stream", "last_branch"}
+        # EL's CUDA repository adds the module its streams belong to; Ubuntu's the last branch its names fit, and
+        # Ubuntu's archive the driver's name in its precompiled modules.
+        optional = {"module", "module_stream", "last_branch", "precompiled"}
         assert set(package_set) - optional == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager",
                                                "dkms_module", "fixed_branch"}
         assert ("module" in package_set) == (os_family == "RedHat") == ("module_stream" in package_set)
@@ -416,3 +418,92 @@ def test_secure_boot_needs_a_signing_key_that_exists():
         "nvidia_driver_secure_boot_mok_signing is true but /var/lib/dkms/mok.key do(es) not exist; create the key pair DKMS"
         " signs with (dkms generate_mok), enroll it with mokutil --import, or point nvidia_driver_secure_boot_mok_key /"
         " _certificate at yours"]
+
+
+# Ubuntu's precompiled modules ---------------------------------------------------------------------------------------
+
+# A node on Ubuntu 24.04's generic kernel (role_templar's 6.8.0-31-generic), as tasks/install_apt.yml's probes see it.
+NOBLE_KERNEL_PACKAGES = ["linux-image-6.8.0-31-generic;ii ;linux-modules-6.8.0-31-generic",
+                         "linux-image-generic;ii ;linux-image-6.8.0-31-generic, linux-firmware"]
+NOBLE_MODULES = ["linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-6.8.0-31-generic",
+                 "linux-modules-nvidia-580-server-generic", "linux-modules-nvidia-580-server-6.8.0-31-generic"]
+
+
+def ubuntu_modules(templar, installed=tuple(NOBLE_KERNEL_PACKAGES), available=tuple(NOBLE_MODULES)):
+    """The role's variables once install_apt.yml chose the kernel side: its set_fact's filter call, checked as written,
+    made with the Python the filter wraps on what its two probes printed."""
+    tasks = yaml.safe_load((ROLE / "tasks" / "install_apt.yml").read_text())
+    choose = next(task for task in tasks if task["name"] == "Choose the precompiled modules or DKMS")
+    assert " ".join(choose["ansible.builtin.set_fact"]["__nvidia_driver_ubuntu_modules"].split()) == (
+        "{{ __nvidia_driver_kernel_found.stdout_lines | dlinfra.gpu_cluster.nvidia_driver_ubuntu_modules("
+        " __nvidia_driver_precompiled_found.stdout_lines, ansible_facts['kernel'], __nvidia_driver_set.precompiled) }}")
+    assert choose["when"] == "__nvidia_driver_precompiled_wanted"
+    chosen = precompiled_modules(list(installed), list(available), resolve(templar, "ansible_facts['kernel']"),
+                                 resolve(templar, "__nvidia_driver_set.precompiled"))
+    return Templar(loader=DataLoader(), variables=dict(templar.available_variables, __nvidia_driver_ubuntu_modules=chosen))
+
+
+@pytest.mark.parametrize("platform, overrides, wanted", [
+    ("ubuntu2404", {}, True),
+    ("ubuntu2204", {"nvidia_driver_source": "distribution"}, True),
+    ("ubuntu2404", {"nvidia_driver_ubuntu_precompiled": False}, False),
+    ("ubuntu2404", {"nvidia_driver_ubuntu_precompiled": "false"}, False),
+    ("ubuntu2404", {"nvidia_driver_kernel_module": False}, False),
+    ("ubuntu2404", {"nvidia_driver_source": "cuda"}, False),
+    ("debian13", {}, False),
+    ("rhel9", {}, False),
+])
+def test_precompiled_modules_are_looked_for_on_ubuntu_s_archive_only(platform, overrides, wanted):
+    assert resolve(role_templar(platform, **overrides), "__nvidia_driver_precompiled_wanted") is wanted
+
+
+@pytest.mark.parametrize("gpus, flavour", [(["0x2901"] * 8, "580-server-open"), (["0x1db5"] * 2, "580-server")])
+def test_the_precompiled_name_follows_the_branch_and_flavour(gpus, flavour):
+    assert resolve(role_templar("ubuntu2404", pci_gpus=gpus), "__nvidia_driver_set.precompiled") == flavour
+
+
+def test_precompiled_modules_replace_the_dkms_package_and_only_the_running_kernel_s_is_held():
+    templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x2901"] * 8, package_version="580.95.05-0ubuntu0.24.04.2"))
+    assert resolve(templar, "__nvidia_driver_precompiled") is True
+    assert resolve(templar, "__nvidia_driver_versioned_packages") == [
+        "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"]
+    assert resolve(templar, "__nvidia_driver_kernel_requests") == [
+        "linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-6.8.0-31-generic"]
+    assert resolve(templar, "__nvidia_driver_packages") == [
+        "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
+        "linux-modules-nvidia-580-server-open-6.8.0-31-generic"]
+    # Both DKMS packages are swapped out, whichever flavour the node had (Ansible's difference filter keeps no order).
+    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+        "nvidia-dkms-580-server", "nvidia-dkms-580-server-open"]
+
+
+def test_the_precompiled_modules_of_the_other_flavour_are_swapped_out():
+    installed = NOBLE_KERNEL_PACKAGES + ["linux-modules-nvidia-580-server-generic;hi ;",
+                                         "linux-modules-nvidia-580-server-6.8.0-31-generic;hi ;"]
+    templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x2901"] * 8), installed=installed)
+    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+        "linux-modules-nvidia-580-server-6.8.0-31-generic", "linux-modules-nvidia-580-server-generic",
+        "nvidia-dkms-580-server", "nvidia-dkms-580-server-open"]
+
+
+def test_without_precompiled_modules_for_the_kernel_dkms_builds_them_as_before():
+    installed = NOBLE_KERNEL_PACKAGES + ["linux-modules-nvidia-580-server-open-generic;ii ;"]
+    templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x1db5"] * 2, package_version="580.95.05-1"),
+                             installed=installed, available=())
+    assert resolve(templar, "__nvidia_driver_precompiled") is False
+    assert resolve(templar, "__nvidia_driver_packages") == [
+        "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server", "nvidia-dkms-580-server"]
+    assert resolve(templar, "__nvidia_driver_kernel_requests") == ["nvidia-dkms-580-server=580.95.05-1"]
+    # The precompiled modules a node had go in the same transaction that brings the DKMS package.
+    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+        "linux-modules-nvidia-580-server-open-generic", "nvidia-dkms-580-server-open"]
+
+
+def test_the_tasks_skip_headers_and_the_dkms_check_for_precompiled_modules():
+    install = yaml.safe_load((ROLE / "tasks" / "install_apt.yml").read_text())
+    headers = next(task for task in install if task["name"] == "Install the headers for the running kernel")
+    assert headers["when"] == "nvidia_driver_kernel_module and not __nvidia_driver_precompiled"
+    verify = yaml.safe_load((ROLE / "tasks" / "verify.yml").read_text())
+    dkms = [task for task in verify if "dkms" in str(task.get("ansible.builtin.command", "")) or "DKMS" in task["name"]]
+    assert len(dkms) == 2
+    assert all(task["when"].endswith("and not __nvidia_driver_precompiled") for task in dkms)
