@@ -11,7 +11,7 @@ short_description: Tell in one call whether a node still holds what a role's las
 version_added: 0.2.0
 description:
   - After a role's full run succeeds, O(record=true) writes the role's record on the node
-    (C(<record_dir>/<role>.json)): the digest of the role's inputs and a snapshot of what the role manages, that is
+    (C(<record_dir>/<role>.json)), with the digest of the role's inputs and a snapshot of what the role manages, that is
     each of O(packages) with its version and hold, each of O(paths) with its content digest, mode and owner (a
     directory with its entry names, a missing path as missing), and each of O(services) with its enablement and
     activity.
