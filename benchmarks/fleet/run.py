@@ -2,7 +2,9 @@
 
 Runs site.yml on the simulated lab of `make demo` (already up; the first run converges it and is not counted), then,
 alternating for --rounds rounds, on the whole lab (the head and two GPU nodes) and on the head and one GPU node
-(--limit). For each run: wall seconds, the controller's CPU seconds (ansible-playbook and everything it ran: its forks
+(--limit), each size twice: as a user re-runs it (the roles' records let a converged role skip as one include,
+docs/re-runs.md) and with -e gpu_cluster_full_run=true (every role in full, as before the records: what the records
+save). For each run: wall seconds, the controller's CPU seconds (ansible-playbook and everything it ran: its forks
 and the docker CLI of the lab's connection, as ssh would be on a real cluster) and, from PLAY RECAP, the tasks each host
 ran (ok + failed + skipped; changed must be 0). The difference between the two sizes is the cost of one more GPU node.
 
@@ -54,9 +56,12 @@ def role_tasks(output, host):
     return counts
 
 
-def run_site(limit=None, skip_staging=False):
+MODES = (("records", []), ("full run", ["-e", "gpu_cluster_full_run=true"]))
+
+
+def run_site(limit=None, skip_staging=False, extra=()):
     """One site.yml run: wall and controller CPU seconds, the recap, the return code."""
-    command = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "site.yml", "-i", str(INVENTORY)]
+    command = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "site.yml", "-i", str(INVENTORY)] + list(extra)
     if limit:
         command += ["--limit", ",".join(limit)]
     if skip_staging:
@@ -117,40 +122,53 @@ def main(argv=None):
     # --limit cannot leave out a stage target (shard_staging refuses, rightly): the two sizes compare without the
     # staging play, and the full run of the whole lab adds each GPU node's share of it.
     sizes = (("3 nodes", None, False), ("3 nodes, no staging", None, True), ("2 nodes, no staging", ["sim-head", "sim-gpu1"], True))
-    runs = {sizing[0]: [] for sizing in sizes}
+    runs = {(mode, sizing[0]): [] for mode, dummy in MODES for sizing in sizes}
     for round_number in range(1, options.rounds + 1):
         for size, limit, skip_staging in sizes:
-            run = run_site(limit, skip_staging)
-            if run["rc"] != 0:
-                print("fleet: site.yml (%s) failed:\n%s" % (size, run["tail"]), file=sys.stderr)
-                return 2
-            runs[size].append(run)
-            print("fleet: round %d, %s: %.1f s wall, %.1f s CPU, tasks %s" % (
-                round_number, size, run["wall_s"], run["cpu_s"],
-                ", ".join("%s %d" % (host, count["tasks"]) for host, count in sorted(run["hosts"].items()))), flush=True)
-    full, large, small = (summarise(runs[sizing[0]]) for sizing in sizes)
-    estimate = extrapolate(small, large, full)
-    large = full
-    print("\n| lab | wall s | controller CPU s | tasks per GPU node | changed |\n|---|---|---|---|---|")
-    for size, row in zip(runs, (full, summarise(runs["3 nodes, no staging"]), small)):
-        print("| %s | %.1f | %.1f | %d | %d |" % (size, row["wall_s"], row["cpu_s"], row["gpu_tasks"], row["changed"]))
-    roles = runs["3 nodes"][-1]["gpu_node_roles"]
-    print("\ntasks a converged GPU node (sim-gpu1) ran, by role: " + ", ".join(
-        "%s %d" % (role, count) for role, count in sorted(roles.items(), key=lambda item: -item[1])))
-    print("\none more converged GPU node: %.2f s of controller CPU (target <= %.0f); %d tasks (target <= %d)"
-          % (estimate["cpu_per_gpu_node_s"], TARGETS["cpu_per_gpu_node_s"], large["gpu_tasks"], TARGETS["tasks_per_gpu_node"]))
-    print("1,000 converged GPU nodes: %.1f CPU-hours; >= %.0f min on %d cores if CPU were the only limit; ~%.0f min with the "
-          "linear strategy and forks=%d (%d tasks x %d batches x %.2f s per task and batch, as measured on the lab); "
-          "target <= %.0f min"
-          % (estimate["fleet_cpu_h"], estimate["fleet_minutes_cpu_bound"], estimate["cores"],
-             estimate["fleet_minutes_linear"], estimate["forks"], large["gpu_tasks"],
-             math.ceil(estimate["nodes"] / estimate["forks"]), estimate["per_task_batch_s"], TARGETS["fleet_minutes"]))
+            for mode, extra in MODES:
+                run = run_site(limit, skip_staging, extra)
+                if run["rc"] != 0:
+                    print("fleet: site.yml (%s, %s) failed:\n%s" % (size, mode, run["tail"]), file=sys.stderr)
+                    return 2
+                runs[(mode, size)].append(run)
+                print("fleet: round %d, %s, %s: %.1f s wall, %.1f s CPU, tasks %s" % (
+                    round_number, size, mode, run["wall_s"], run["cpu_s"],
+                    ", ".join("%s %d" % (host, count["tasks"]) for host, count in sorted(run["hosts"].items()))), flush=True)
+    estimates = {}
+    print("\n| mode | lab | wall s | controller CPU s | tasks per GPU node | changed |\n|---|---|---|---|---|---|")
+    for mode, dummy in MODES:
+        full, large, small = (summarise(runs[(mode, sizing[0])]) for sizing in sizes)
+        estimates[mode] = dict(extrapolate(small, large, full), gpu_tasks=full["gpu_tasks"])
+        for size, row in zip([sizing[0] for sizing in sizes], (full, large, small)):
+            print("| %s | %s | %.1f | %.1f | %d | %d |"
+                  % (mode, size, row["wall_s"], row["cpu_s"], row["gpu_tasks"], row["changed"]))
+    for mode, dummy in MODES:
+        estimate = estimates[mode]
+        roles = runs[(mode, "3 nodes")][-1]["gpu_node_roles"]
+        print("\n%s: tasks a converged GPU node (sim-gpu1) ran, by role: %s" % (mode, ", ".join(
+            "%s %d" % (role, count) for role, count in sorted(roles.items(), key=lambda item: -item[1]))))
+        print("%s: one more converged GPU node: %.2f s of controller CPU (target <= %.0f); %d tasks (target <= %d)"
+              % (mode, estimate["cpu_per_gpu_node_s"], TARGETS["cpu_per_gpu_node_s"], estimate["gpu_tasks"],
+                 TARGETS["tasks_per_gpu_node"]))
+        print("%s: 1,000 converged GPU nodes: %.1f CPU-hours; >= %.0f min on %d cores if CPU were the only limit; ~%.0f min "
+              "with the linear strategy and forks=%d (%d tasks x %d batches x %.2f s per task and batch, as measured on "
+              "the lab); target <= %.0f min"
+              % (mode, estimate["fleet_cpu_h"], estimate["fleet_minutes_cpu_bound"], estimate["cores"],
+                 estimate["fleet_minutes_linear"], estimate["forks"], estimate["gpu_tasks"],
+                 math.ceil(estimate["nodes"] / estimate["forks"]), estimate["per_task_batch_s"], TARGETS["fleet_minutes"]))
+    saved = [(summarise(runs[("full run", size)]), summarise(runs[("records", size)])) for size in ("3 nodes",)][0]
+    print("\nfull run / records, 3 nodes: wall %.2fx, controller CPU %.2fx, tasks per GPU node %.2fx; per GPU node CPU %.2fx"
+          % (saved[0]["wall_s"] / max(saved[1]["wall_s"], 0.1), saved[0]["cpu_s"] / max(saved[1]["cpu_s"], 0.1),
+             saved[0]["gpu_tasks"] / max(saved[1]["gpu_tasks"], 1),
+             estimates["full run"]["cpu_per_gpu_node_s"] / max(estimates["records"]["cpu_per_gpu_node_s"], 0.01)))
     print("assumes: the controller's CPU per node is constant (no per-host growth in inventory or fact handling), a batch "
           "of 20 hosts takes as long per task as the lab's 3, and one head per cluster is not counted")
     if options.json:
         pathlib.Path(options.json).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(options.json).write_text(json.dumps({"runs": runs, "summary": {size: summarise(rows) for size, rows in runs.items()},
-                                                          "estimate": estimate, "targets": TARGETS}, indent=1))
+        pathlib.Path(options.json).write_text(json.dumps(
+            {"runs": {"%s, %s" % key: rows for key, rows in runs.items()},
+             "summary": {"%s, %s" % key: summarise(rows) for key, rows in runs.items()},
+             "estimates": estimates, "targets": TARGETS}, indent=1))
     return 0
 
 

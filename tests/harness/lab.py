@@ -1,4 +1,4 @@
-"""What the checks on the simulated lab that as-a-user leaves up share (validate_lab.py, rolling_lab.py): where that
+"""What the checks on the simulated lab that as-a-user leaves up share (drift_lab.py, validate_lab.py, rolling_lab.py): where that
 lab's inventory and the recorded nvidia-smi outputs are, their messages, and a command on a lab node."""
 import pathlib
 import subprocess
@@ -29,3 +29,14 @@ class Stage(object):
         if check and done.returncode != 0:
             self.fail("on %s: %s: %s" % (host, script, done.stdout + done.stderr))
         return done.stdout
+
+
+def install_collection(work):
+    """Build the tarball and install it the Galaxy way into work/collections, outside the clone's ./collections link."""
+    dist, collections = work / "dist", work / "collections"
+    subprocess.run(["ansible-galaxy", "collection", "build", "--force", "--output-path", str(dist)], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+    tarball = next(dist.glob("dlinfra-gpu_cluster-*.tar.gz"))
+    subprocess.run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps", "--force", "-p", str(collections),
+                    str(tarball)], cwd=work, check=True, stdout=subprocess.DEVNULL)
+    return collections

@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import time
 
-from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
+from lab import FIXTURES, ROOT, USER_INVENTORY, Stage, install_collection
 from play_recap import recap
 
 WORK = ROOT / ".cache" / "rolling"
@@ -50,17 +50,6 @@ HEAD = "sim-head"
 
 STAGE = Stage("rolling-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
-
-
-def install_collection():
-    """Build the tarball and install it the Galaxy way into a directory outside the clone's ./collections link."""
-    dist, collections = WORK / "dist", WORK / "collections"
-    subprocess.run(["ansible-galaxy", "collection", "build", "--force", "--output-path", str(dist)], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
-    tarball = next(dist.glob("dlinfra-gpu_cluster-*.tar.gz"))
-    subprocess.run(["ansible-galaxy", "collection", "install", "--offline", "--no-deps", "--force", "-p", str(collections), str(tarball)],
-                   cwd=WORK, check=True, stdout=subprocess.DEVNULL)
-    return collections
 
 
 def snap_channel(host):
@@ -220,7 +209,7 @@ def main():
     group_dir = WORK / "inventory" / "group_vars" / "gpu_nodes"
     group_dir.mkdir()
     shutil.move(str(group_dir.with_suffix(".yml")), str(group_dir / "main.yml"))
-    install_collection()
+    install_collection(WORK)
     for host in NODES:
         if toolkit(host) != "1.17.8-1":
             fail("%s has toolkit %s, not the lab's 1.17.8-1" % (host, toolkit(host)))

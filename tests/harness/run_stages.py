@@ -50,6 +50,9 @@ def stages():
         # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
         # the one lab of a `make test`, for the multi-node checks that follow it).
         ("as-a-user", [HARNESS + "/as_a_user.sh"]),
+        # On that converged lab: a package version, a hold, a config file, a repository, a kernel module option and a
+        # service changed by hand; one site.yml finds each through the roles' records and repairs it.
+        ("drift", ["python", HARNESS + "/drift_lab.py"]),
         # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
         ("validate", ["python", HARNESS + "/validate_lab.py"]),
         # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
