@@ -16,7 +16,9 @@ PLAYBOOK = pathlib.Path(sys.executable).with_name("ansible-playbook")
 
 
 def run(*args, cwd):
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(cwd))
+    # This checkout's collection (the plays call its filters), not whatever copy an earlier run left in ~/.ansible.
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(cwd),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"))
     return subprocess.run([str(PLAYBOOK), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -62,3 +64,17 @@ def test_init_inventory_needs_a_destination(tmp_path):
     result = run(str(ROOT / "playbooks" / "init_inventory.yml"), cwd=tmp_path)
     assert result.returncode != 0
     assert "-e dest=" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("limit, refused", [
+    ("sim-gpu1", True),
+    ("sim-gpu1,sim-head", False),
+    ("cluster_sim", False),
+    ("sim-store", False),
+])
+def test_a_limit_without_the_cluster_head_is_refused(tmp_path, limit, refused):
+    result = run(str(ROOT / "playbooks" / "inventory_check.yml"), "-i", str(ROOT / "inventories" / "sim"), "--limit", limit,
+                 cwd=tmp_path)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert (result.returncode != 0) == refused, output
+    assert ("fix: add the head (--limit sim-gpu1,sim-head) or slice by cluster (--limit cluster_sim)" in output) == refused
