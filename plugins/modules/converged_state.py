@@ -55,6 +55,13 @@ options:
     type: list
     elements: str
     default: []
+  installed_packages:
+    description:
+      - Packages the role only keeps installed, at whatever version the node's updates bring; their removal is a drift,
+        a new version is not.
+    type: list
+    elements: str
+    default: []
   paths:
     description: Files and directories whose content the role manages, or whose absence it ensures.
     type: list
@@ -160,9 +167,11 @@ def service_states(module, units):
     return dict(zip(units, shown)) if len(shown) == len(units) else dict.fromkeys(units, "unreadable")
 
 
-def snapshot(module, packages, paths, services):
+def snapshot(module, packages, paths, services, installed_packages=()):
     items = {}
     items.update(("package " + name, state) for name, state in package_states(module, packages).items())
+    items.update(("installed " + name, "absent" if state == "absent" else "installed")
+                 for name, state in package_states(module, installed_packages).items())
     items.update(("path " + path, path_state(path)) for path in paths)
     items.update(("service " + unit, state) for unit, state in service_states(module, services).items())
     return items
@@ -215,6 +224,7 @@ def main():
             inputs_digest=dict(type="str"),
             record=dict(type="bool", default=False),
             packages=dict(type="list", elements="str", default=[]),
+            installed_packages=dict(type="list", elements="str", default=[]),
             paths=dict(type="list", elements="path", default=[]),
             services=dict(type="list", elements="str", default=[]),
             record_dir=dict(type="path", default="/var/lib/dlinfra/converged"),
@@ -233,7 +243,8 @@ def main():
                          reason="no dpkg-query on this host: the record covers apt systems only, so the role runs in full")
     if params["record"]:
         record = {"format": FORMAT, "role": params["role"], "inputs_digest": params["inputs_digest"],
-                  "items": snapshot(module, params["packages"], params["paths"], params["services"])}
+                  "items": snapshot(module, params["packages"], params["paths"], params["services"],
+                                    params["installed_packages"])}
         changed = read_record(path) != record
         if changed and not module.check_mode:
             write_record(path, record)
@@ -242,7 +253,8 @@ def main():
     items = record.get("items", {}) if record else {}
     now = snapshot(module, [item[len("package "):] for item in items if item.startswith("package ")],
                    [item[len("path "):] for item in items if item.startswith("path ")],
-                   [item[len("service "):] for item in items if item.startswith("service ")])
+                   [item[len("service "):] for item in items if item.startswith("service ")],
+                   [item[len("installed "):] for item in items if item.startswith("installed ")])
     converged, reason, drift = compare(record, params["inputs_digest"], now)
     module.exit_json(changed=False, converged=converged, reason=reason, drift=drift)
 

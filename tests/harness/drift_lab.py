@@ -5,7 +5,7 @@ upgrade or a stray script would, and the next site.yml, from the installed colle
   1. the record of each role that keeps one is on every GPU node;
   2. the drifts, all at once: a package version moved (the toolkit's four packages to the fixture repository's 1.17.9-1:
      their dependencies are exact; the lab pins no toolkit version for rolling_upgrade, so the role's record finds it),
-     a hold lifted (libnccl2), a config file edited (/etc/nccl.conf), a repository removed (the toolkit's .sources), a
+     a hold lifted (libnccl2), a base package removed (fio), a config file edited (/etc/nccl.conf), a repository removed (the toolkit's .sources), a
      kernel module option changed (the nouveau blacklist) and a service disabled (nvidia-persistenced), spread over the
      two GPU nodes;
   3. site.yml --check --diff: each role that drifted says it would change something on that node, the other roles that
@@ -25,7 +25,7 @@ from lab import ROOT, USER_INVENTORY, Stage, install_collection
 WORK = ROOT / ".cache" / "drift"
 STAGE = Stage("drift-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
-RECORDED_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda")
+RECORDED_ROLES = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda")
 NODES = ("sim-gpu1", "sim-gpu2")
 
 # (role, node, what drifts, the command that reads the item, the command that changes it)
@@ -37,6 +37,8 @@ DRIFTS = [
      ">/dev/null && apt-mark hold -qq nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools "
      "libnvidia-container1"),
     ("nccl", "sim-gpu2", "a hold", "apt-mark showhold libnccl2", "apt-mark unhold libnccl2"),
+    ("preflight", "sim-gpu2", "a package the role keeps installed", "dpkg-query -W -f '${db:Status-Abbrev}' fio",
+     "apt-get remove -y -q fio >/dev/null"),
     ("nccl", "sim-gpu1", "a config file's content", "sha256sum /etc/nccl.conf", "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf"),
     ("nvidia_container_toolkit", "sim-gpu2", "a repository",
      "sha256sum /etc/apt/sources.list.d/nvidia-container-toolkit.sources",

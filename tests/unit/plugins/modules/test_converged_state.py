@@ -20,7 +20,7 @@ class FakeNode:
         self.bin = root / "bin"
         self.bin.mkdir()
         self.records = root / "records"
-        self.packages = {"libnccl2": ("hi", "2.21.5-1"), "libnccl-dev": ("hi", "2.21.5-1")}
+        self.packages = {"libnccl2": ("hi", "2.21.5-1"), "libnccl-dev": ("hi", "2.21.5-1"), "curl": ("ii", "8.14.1-2")}
         self.units = {"nvidia-persistenced.service": ("enabled", "active")}
         self.conf = root / "nccl.conf"
         self.conf.write_text("NCCL_DEBUG=WARN\n")
@@ -51,7 +51,7 @@ class FakeNode:
 
     def args(self, record=False, digest=DIGEST, **extra):
         return dict({"role": "nccl", "inputs_digest": digest, "record": record, "record_dir": str(self.records),
-                     "packages": sorted(self.packages), "paths": [str(self.conf), str(self.envs),
+                     "packages": ["libnccl-dev", "libnccl2"], "installed_packages": ["curl"], "paths": [str(self.conf), str(self.envs),
                                                                   str(self.root / "absent.conf")],
                      "services": sorted(self.units)}, **extra)
 
@@ -145,6 +145,10 @@ def drift_directory(node):
     (node.envs / "stray").mkdir()
 
 
+def drift_uninstalled(node):
+    del node.packages["curl"]
+
+
 def drift_stopped(node):
     node.units["nvidia-persistenced.service"] = ("enabled", "inactive")
 
@@ -162,6 +166,7 @@ def drift_disabled(node):
     (drift_deleted, "path {conf}: recorded file 644"),
     (drift_created, "path {root}/absent.conf: recorded absent, now file"),
     (drift_directory, "path {root}/envs: recorded dir"),
+    (drift_uninstalled, "installed curl: recorded installed, now absent"),
     (drift_stopped, "service nvidia-persistenced.service: recorded enabled active, now enabled inactive"),
     (drift_disabled, "service nvidia-persistenced.service: recorded enabled active, now disabled active"),
 ])
@@ -216,3 +221,10 @@ def test_without_dpkg_a_node_is_never_converged(node, capsys, monkeypatch):
 def test_bad_input_fails_naming_it(node, capsys, args, words):
     result = run_module(capsys, dict(node.args(), **args))
     assert result["failed"] is True and words in result["msg"]
+
+
+def test_an_updated_package_the_role_only_keeps_installed_is_no_drift(node, capsys):
+    recorded(capsys, node)
+    node.packages["curl"] = ("ii", "8.14.1-3")
+    node.write()
+    assert run_module(capsys, node.args())["converged"] is True
