@@ -19,6 +19,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_drive
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_result import (
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_monitoring
 
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
 
@@ -392,6 +393,7 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     nccl_versions = {c: {h: (versions_in_names(nodes[h].get("nccl_libs") or []) or [None])[-1]
                          for h in hosts if nodes[h]["gpu_node"]} for c, hosts in by_cluster.items()}
     placement = {}
+    scraped, answering = validate_monitoring.scraped(nodes), validate_monitoring.servers(nodes)
     for host in sorted(nodes):
         raw = nodes[host]
         if not raw:
@@ -427,6 +429,9 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
             report["measurements"]["gpus"].append({"node": host, "cluster": raw["cluster"], "rack": raw["rack"],
                                                    "count": gpu_count, "model": model})
         checks += k8s_checks(host, raw, head, nodes.get(head), gpu_count)
+        checks.append(validate_monitoring.monitoring_check(
+            host, raw, scraped, answering, gpu.get("driver_state") == "ok" and gpu_count > 0 if gpu else None,
+            raw["expected"].get("prometheus_port", 9090)))
         storage, disk = storage_checks(raw)
         checks += storage
         if disk:

@@ -1,0 +1,75 @@
+"""monitoring.up from what the Prometheus servers among the nodes answered: the active targets (the format of
+/api/v1/targets?state=active) and the nvidia_smi_up series (/api/v1/query), as gpu_monitoring's scrape jobs label them."""
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_monitoring as vm
+
+
+def target(node, health="up", error=""):
+    return {"labels": {"job": "node", "node": node, "cluster": "cluster_sim", "instance": "%s:9100" % node},
+            "scrapeUrl": "http://%s:9100/metrics" % node, "health": health, "lastError": error}
+
+
+def smi(node, value):
+    return {"metric": {"__name__": "nvidia_smi_up", "job": "node", "node": node}, "value": [1795834644.1, value]}
+
+
+def nodes(targets=None, samples=None, answered=True):
+    server = {"gpu_node": False, "monitoring": {"answered": answered, "targets": targets if targets is not None else
+                                                [target("sim-head"), target("sim-gpu1"), target("sim-gpu2")],
+                                                "smi_up": samples if samples is not None else
+                                                [smi("sim-gpu1", "1"), smi("sim-gpu2", "1")]}}
+    return {"sim-head": server, "sim-gpu1": {"gpu_node": True, "monitoring": {"answered": False}},
+            "sim-gpu2": {"gpu_node": True, "monitoring": {"answered": False}}}
+
+
+def result(all_nodes, host, gpus_answer=True):
+    return vm.monitoring_check(host, all_nodes[host], vm.scraped(all_nodes), vm.servers(all_nodes), gpus_answer, 9090)
+
+
+def test_every_node_scraped_and_up_passes():
+    all_nodes = nodes()
+    assert result(all_nodes, "sim-gpu1")["status"] == "pass"
+    assert result(all_nodes, "sim-gpu1")["message"] == "scraped by Prometheus on sim-head, up; nvidia_smi_up 1"
+    assert result(all_nodes, "sim-head", gpus_answer=None)["message"] == "scraped by Prometheus on sim-head, up"
+
+
+def test_no_prometheus_in_the_run_skips_saying_why():
+    checked = result(nodes(answered=False), "sim-gpu1")
+    assert checked["status"] == "skip" and "no Prometheus answered on port 9090" in checked["message"]
+
+
+def test_a_node_no_server_scrapes_fails_naming_the_servers():
+    checked = result(nodes(targets=[target("sim-head"), target("sim-gpu1")]), "sim-gpu2")
+    assert checked["status"] == "fail"
+    assert checked["message"].startswith("no Prometheus of this run (sim-head) scrapes sim-gpu2's node exporter")
+
+
+def test_a_target_down_fails_with_prometheus_error_and_the_fix():
+    checked = result(nodes(targets=[target("sim-gpu1", "down", 'Get "http://sim-gpu1:9100/metrics": connection refused')]),
+                     "sim-gpu1")
+    assert checked["status"] == "fail" and "connection refused" in checked["message"]
+    assert "systemctl status prometheus-node-exporter" in checked["message"] and checked["measured"] == "down"
+
+
+@pytest.mark.parametrize("samples, words", [
+    ([smi("sim-gpu2", "1")], "has no nvidia_smi_up from sim-gpu1"),
+    ([smi("sim-gpu1", "0"), smi("sim-gpu2", "1")], "nvidia_smi_up is 0 on sim-gpu1 while its GPUs answer"),
+])
+def test_gpus_that_answer_need_nvidia_smi_up_1(samples, words):
+    checked = result(nodes(samples=samples), "sim-gpu1")
+    assert checked["status"] == "fail" and words in checked["message"]
+    assert "dlinfra-gpu-metrics" in checked["message"]
+
+
+@pytest.mark.parametrize("gpus_answer", [False, None])
+def test_nvidia_smi_up_is_not_asked_where_the_gpus_do_not_answer_or_were_not_read(gpus_answer):
+    assert result(nodes(samples=[smi("sim-gpu1", "0")]), "sim-gpu1", gpus_answer)["status"] == "pass"
+
+
+def test_a_second_server_does_not_override_the_first_ones_target():
+    all_nodes = nodes()
+    all_nodes["sim-gpu2"]["monitoring"] = {"answered": True, "targets": [target("sim-gpu1", "down", "x")], "smi_up": []}
+    assert vm.servers(all_nodes) == ["sim-gpu2", "sim-head"]
+    assert vm.scraped(all_nodes)["sim-gpu1"]["server"] == "sim-gpu2"  # the first server in name order scrapes it
