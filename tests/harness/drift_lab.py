@@ -16,11 +16,10 @@ upgrade or a stray script would, and the next site.yml, from the installed colle
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
-from lab import ROOT, USER_INVENTORY, Stage, install_collection
+from lab import ROOT, Stage, fresh_work
 
 WORK = ROOT / ".cache" / "drift"
 STAGE = Stage("drift-lab")
@@ -98,13 +97,8 @@ def changed(output):
 
 
 def main():
-    if not (USER_INVENTORY / "hosts.yml").exists():
-        fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
     begun = time.monotonic()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
-    shutil.copytree(USER_INVENTORY, WORK / "inventory", symlinks=True)
-    install_collection(WORK)
+    fresh_work(STAGE, WORK)
 
     step("1. each GPU node holds the record of every role that keeps one")
     for node in NODES:

@@ -1,6 +1,7 @@
 """What the checks on the simulated lab that as-a-user leaves up share (drift_lab.py, validate_lab.py, rolling_lab.py): where that
 lab's inventory and the recorded nvidia-smi outputs are, their messages, and a command on a lab node."""
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -29,6 +30,17 @@ class Stage(object):
         if check and done.returncode != 0:
             self.fail("on %s: %s: %s" % (host, script, done.stdout + done.stderr))
         return done.stdout
+
+
+def fresh_work(stage, work):
+    """A stage's work directory made afresh on the lab as-a-user left: its inventory copied in, and the collection
+    installed the Galaxy way (install_collection). Fails the stage where that lab is missing."""
+    if not (USER_INVENTORY / "hosts.yml").exists():
+        stage.fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shutil.copytree(USER_INVENTORY, work / "inventory", symlinks=True)
+    return install_collection(work)
 
 
 def install_collection(work):

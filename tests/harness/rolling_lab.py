@@ -37,7 +37,7 @@ import shutil
 import subprocess
 import time
 
-from lab import FIXTURES, ROOT, USER_INVENTORY, Stage, install_collection
+from lab import FIXTURES, ROOT, Stage, fresh_work
 from play_recap import recap
 
 WORK = ROOT / ".cache" / "rolling"
@@ -200,16 +200,11 @@ exec /usr/bin/nvidia-container-runtime "$@"
 
 
 def main():
-    if not (USER_INVENTORY / "hosts.yml").exists():
-        fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
     begun = time.monotonic()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
-    shutil.copytree(USER_INVENTORY, WORK / "inventory", symlinks=True)
+    fresh_work(STAGE, WORK)
     group_dir = WORK / "inventory" / "group_vars" / "gpu_nodes"
     group_dir.mkdir()
     shutil.move(str(group_dir.with_suffix(".yml")), str(group_dir / "main.yml"))
-    install_collection(WORK)
     for host in NODES:
         if toolkit(host) != "1.17.8-1":
             fail("%s has toolkit %s, not the lab's 1.17.8-1" % (host, toolkit(host)))

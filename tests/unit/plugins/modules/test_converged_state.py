@@ -51,8 +51,8 @@ class FakeNode:
 
     def args(self, record=False, digest=DIGEST, **extra):
         return dict({"role": "nccl", "inputs_digest": digest, "record": record, "record_dir": str(self.records),
-                     "packages": ["libnccl-dev", "libnccl2"], "installed_packages": ["curl"], "paths": [str(self.conf), str(self.envs),
-                                                                  str(self.root / "absent.conf")],
+                     "packages": ["libnccl-dev", "libnccl2"], "installed_packages": ["curl"],
+                     "paths": [str(self.conf), str(self.envs), str(self.root / "absent.conf")],
                      "services": sorted(self.units)}, **extra)
 
 
@@ -63,42 +63,37 @@ def node(tmp_path, monkeypatch):
     return fake
 
 
-def run_module(capsys, args, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            converged_state.main()
-    result = json.loads(capsys.readouterr().out)
-    result["_exit_code"] = exit_info.value.code
-    return result
+@pytest.fixture
+def run_module(module_result):
+    """run_module(args, check_mode=False): converged_state.main()'s result (conftest.py)."""
+    return lambda args, check_mode=False: module_result(converged_state.main, args, check_mode)
 
 
-def recorded(capsys, node):
-    result = run_module(capsys, node.args(record=True))
+def recorded(run_module, node):
+    result = run_module(node.args(record=True))
     assert result["changed"] is True and result["_exit_code"] == 0
     return result
 
 
-def test_no_record_is_not_converged(node, capsys):
-    result = run_module(capsys, node.args())
+def test_no_record_is_not_converged(node, run_module):
+    result = run_module(node.args())
     assert result["converged"] is False and result["changed"] is False
     assert result["reason"] == "no record of a full run of the role"
 
 
-def test_a_record_then_nothing_moved_is_converged(node, capsys):
-    recorded(capsys, node)
-    result = run_module(capsys, node.args())
+def test_a_record_then_nothing_moved_is_converged(node, run_module):
+    recorded(run_module, node)
+    result = run_module(node.args())
     assert (result["converged"], result["reason"], result["drift"]) == (True, "", [])
 
 
-def test_recording_the_same_state_again_changes_nothing(node, capsys):
-    recorded(capsys, node)
-    assert run_module(capsys, node.args(record=True))["changed"] is False
+def test_recording_the_same_state_again_changes_nothing(node, run_module):
+    recorded(run_module, node)
+    assert run_module(node.args(record=True))["changed"] is False
 
 
-def test_the_record_holds_each_kind_of_item(node, capsys):
-    recorded(capsys, node)
+def test_the_record_holds_each_kind_of_item(node, run_module):
+    recorded(run_module, node)
     items = json.loads((node.records / "nccl.json").read_text())["items"]
     assert items["package libnccl2"] == "hi 2.21.5-1"
     assert items["service nvidia-persistenced.service"] == "enabled active"
@@ -107,9 +102,9 @@ def test_the_record_holds_each_kind_of_item(node, capsys):
     assert items["path %s" % node.envs].startswith("dir ")
 
 
-def test_other_inputs_are_not_converged(node, capsys):
-    recorded(capsys, node)
-    result = run_module(capsys, node.args(digest="e" * 64))
+def test_other_inputs_are_not_converged(node, run_module):
+    recorded(run_module, node)
+    result = run_module(node.args(digest="e" * 64))
     assert result["converged"] is False and result["reason"].startswith("the role's inputs changed")
 
 
@@ -170,29 +165,29 @@ def drift_disabled(node):
     (drift_stopped, "service nvidia-persistenced.service: recorded enabled active, now enabled inactive"),
     (drift_disabled, "service nvidia-persistenced.service: recorded enabled active, now disabled active"),
 ])
-def test_each_kind_of_drift_is_found_and_named(node, capsys, change, item):
-    recorded(capsys, node)
+def test_each_kind_of_drift_is_found_and_named(node, run_module, change, item):
+    recorded(run_module, node)
     change(node)
     node.write()
-    result = run_module(capsys, node.args())
+    result = run_module(node.args())
     assert result["converged"] is False
     assert len(result["drift"]) == 1 and result["drift"][0].startswith(item.format(conf=node.conf, root=node.root))
     assert result["reason"] == "drift: " + result["drift"][0]
 
 
-def test_check_mode_reports_the_record_it_would_write_and_writes_nothing(node, capsys):
-    result = run_module(capsys, node.args(record=True), check_mode=True)
+def test_check_mode_reports_the_record_it_would_write_and_writes_nothing(node, run_module):
+    result = run_module(node.args(record=True), check_mode=True)
     assert result["changed"] is True and not (node.records / "nccl.json").exists()
 
 
-def test_a_torn_record_counts_as_none(node, capsys):
-    recorded(capsys, node)
+def test_a_torn_record_counts_as_none(node, run_module):
+    recorded(run_module, node)
     (node.records / "nccl.json").write_text('{"format": 1, "inputs_dig')
-    assert run_module(capsys, node.args())["reason"] == "no record of a full run of the role"
+    assert run_module(node.args())["reason"] == "no record of a full run of the role"
 
 
-def test_the_record_is_replaced_in_one_step(node, capsys, monkeypatch):
-    recorded(capsys, node)
+def test_the_record_is_replaced_in_one_step(node, run_module, monkeypatch):
+    recorded(run_module, node)
     before = (node.records / "nccl.json").read_text()
     drift_content(node)
 
@@ -207,10 +202,10 @@ def test_the_record_is_replaced_in_one_step(node, capsys, monkeypatch):
     assert os.listdir(node.records) == ["nccl.json"]
 
 
-def test_without_dpkg_a_node_is_never_converged(node, capsys, monkeypatch):
-    recorded(capsys, node)
+def test_without_dpkg_a_node_is_never_converged(node, run_module, monkeypatch):
+    recorded(run_module, node)
     monkeypatch.setattr(converged_state.shutil, "which", lambda name: None)
-    result = run_module(capsys, node.args())
+    result = run_module(node.args())
     assert result["converged"] is False and "apt systems only" in result["reason"]
 
 
@@ -218,13 +213,13 @@ def test_without_dpkg_a_node_is_never_converged(node, capsys, monkeypatch):
     ({"inputs_digest": ""}, "call the module through its action plugin"),
     ({"role": "../etc"}, "is not a role name"),
 ])
-def test_bad_input_fails_naming_it(node, capsys, args, words):
-    result = run_module(capsys, dict(node.args(), **args))
+def test_bad_input_fails_naming_it(node, run_module, args, words):
+    result = run_module(dict(node.args(), **args))
     assert result["failed"] is True and words in result["msg"]
 
 
-def test_an_updated_package_the_role_only_keeps_installed_is_no_drift(node, capsys):
-    recorded(capsys, node)
+def test_an_updated_package_the_role_only_keeps_installed_is_no_drift(node, run_module):
+    recorded(run_module, node)
     node.packages["curl"] = ("ii", "8.14.1-3")
     node.write()
-    assert run_module(capsys, node.args())["converged"] is True
+    assert run_module(node.args())["converged"] is True

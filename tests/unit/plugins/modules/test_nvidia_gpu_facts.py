@@ -1,11 +1,8 @@
 """nvidia_gpu_facts' main() on fake hosts: a sysfs tree, a procfs file and an nvidia-smi that prints a captured report."""
 
-import json
 import pathlib
 
 import pytest
-
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules import nvidia_gpu_facts
 
@@ -67,13 +64,10 @@ class FakeHost:
         return dict(sysfs_root=str(self.sysfs), procfs_root=str(self.procfs), **extra)
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            nvidia_gpu_facts.main()
-    result = json.loads(capsys.readouterr().out)
-    result["_exit_code"] = exit_info.value.code
-    return result
+@pytest.fixture
+def run_module(module_result):
+    """run_module(args): nvidia_gpu_facts.main()'s result (conftest.py)."""
+    return lambda args: module_result(nvidia_gpu_facts.main, args)
 
 
 def assert_facts_mirror_result(result):
@@ -83,10 +77,10 @@ def assert_facts_mirror_result(result):
     assert result["_exit_code"] == 0
 
 
-def test_ok_on_a_dgx_a100(tmp_path, capsys):
+def test_ok_on_a_dgx_a100(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     smi = host.install_nvidia_smi("dgx_a100_8x_a100_sxm4_80gb.xml", 0)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "ok"
     assert result["message"] is None
@@ -105,20 +99,20 @@ def test_ok_on_a_dgx_a100(tmp_path, capsys):
     assert result["pci_nvswitches"][0] == {"address": "0000:c1:00.0", "device_id": "0x1af1", "class": "0x068000"}
 
 
-def test_ok_finds_nvidia_smi_on_path(tmp_path, capsys, monkeypatch):
+def test_ok_finds_nvidia_smi_on_path(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     smi = host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args())
+    result = run_module(host.args())
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "ok"
     assert result["nvidia_smi_path"] == smi
     assert [gpu["name"] for gpu in result["gpus"]] == ["NVIDIA GeForce RTX 3090"]
 
 
-def test_version_mismatch_when_report_and_loaded_module_disagree(tmp_path, capsys):
+def test_version_mismatch_when_report_and_loaded_module_disagree(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0)))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "version_mismatch"
     assert result["message"] == ("the loaded kernel module is 535.54.03 but nvidia-smi reports driver 525.147.05; "
@@ -133,9 +127,9 @@ def test_version_mismatch_when_report_and_loaded_module_disagree(tmp_path, capsy
     ("dgx1_8x_tesla_v100_sxm2_32gb.xml", "pci_dgx1_v100.txt", None, 8, 0, [None] * 8, [False] * 8),
     ("geforce_rtx_3090_single.xml", "pci_desktop_rtx_3090.txt", None, 1, 0, [None], [True]),
 ])
-def test_ok_per_model(tmp_path, capsys, report, pci_table, proc_version, gpu_count, nvswitch_count, mig_current, persistence):
+def test_ok_per_model(tmp_path, run_module, report, pci_table, proc_version, gpu_count, nvswitch_count, mig_current, persistence):
     host = FakeHost(tmp_path, pci_table, proc_version=proc_version)
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi(report, 0)))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi(report, 0)))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "ok"
     assert result["gpu_count"] == gpu_count
@@ -145,10 +139,10 @@ def test_ok_per_model(tmp_path, capsys, report, pci_table, proc_version, gpu_cou
     assert [gpu["persistence_mode"] for gpu in result["gpus"]] == persistence
 
 
-def test_no_gpu_without_driver(tmp_path, capsys, monkeypatch):
+def test_no_gpu_without_driver(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_vm_without_nvidia.txt")
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args())
+    result = run_module(host.args())
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "no_gpu"
     assert result["message"] == "no NVIDIA GPU (PCI vendor 0x10de, class 0x0300 or 0x0302) is present on this host"
@@ -157,17 +151,17 @@ def test_no_gpu_without_driver(tmp_path, capsys, monkeypatch):
     assert result["reboot_required"] is False
 
 
-def test_no_gpu_with_driver_packages_installed(tmp_path, capsys):
+def test_no_gpu_with_driver_packages_installed(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_vm_without_nvidia.txt")
     smi = host.install_nvidia_smi("nvidia_smi_driver_not_loaded.txt", 9)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert result["driver_state"] == "no_gpu"
     assert result["raw_message"] == (FIXTURES / "nvidia_smi_driver_not_loaded.txt").read_text().strip()
 
 
-def test_not_installed(tmp_path, capsys):
+def test_not_installed(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt")
-    result = run_module(capsys, host.args(nvidia_smi_path=str(host.bin / "nvidia-smi")))
+    result = run_module(host.args(nvidia_smi_path=str(host.bin / "nvidia-smi")))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "not_installed"
     assert result["message"] == "8 NVIDIA GPU(s) on PCI but no nvidia-smi binary; install the NVIDIA driver"
@@ -177,10 +171,10 @@ def test_not_installed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("nouveau_loaded", [False, True])
-def test_not_loaded(tmp_path, capsys, nouveau_loaded):
+def test_not_loaded(tmp_path, run_module, nouveau_loaded):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt", nouveau_loaded=nouveau_loaded)
     smi = host.install_nvidia_smi("nvidia_smi_driver_not_loaded.txt", 9)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "not_loaded"
     assert result["reboot_required"] is nouveau_loaded
@@ -191,10 +185,10 @@ def test_not_loaded(tmp_path, capsys, nouveau_loaded):
 
 
 @pytest.mark.parametrize("to_stderr", [False, True])
-def test_version_mismatch(tmp_path, capsys, to_stderr):
+def test_version_mismatch(tmp_path, run_module, to_stderr):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     smi = host.install_nvidia_smi("nvidia_smi_version_mismatch.txt", 18, to_stderr=to_stderr)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "version_mismatch"
     assert result["reboot_required"] is True
@@ -207,19 +201,19 @@ def test_version_mismatch(tmp_path, capsys, to_stderr):
     assert result["gpu_count"] == 8
 
 
-def test_error_when_nvidia_smi_sees_no_device(tmp_path, capsys):
+def test_error_when_nvidia_smi_sees_no_device(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     smi = host.install_nvidia_smi("nvidia_smi_no_devices.txt", 6)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert result["driver_state"] == "error"
     assert result["message"] == "nvidia-smi exited with 6: No devices were found"
     assert result["raw_message"] == "No devices were found"
 
 
-def test_error_on_malformed_report(tmp_path, capsys):
+def test_error_on_malformed_report(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     smi = host.install_nvidia_smi("nvidia_smi_truncated.xml", 0)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "error"
     assert result["message"].startswith("%s -q -x printed output that is not its XML report: not well-formed XML" % smi)
@@ -228,20 +222,20 @@ def test_error_on_malformed_report(tmp_path, capsys):
     assert result["driver_version"] is None
 
 
-def test_error_when_nvidia_smi_hangs(tmp_path, capsys):
+def test_error_when_nvidia_smi_hangs(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     smi = host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0, delay_s=10)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi, timeout=1))
+    result = run_module(host.args(nvidia_smi_path=smi, timeout=1))
     assert result["driver_state"] == "error"
     assert result["message"] == "%s -q -x did not finish within 1 s; the driver may be hung: look for Xid errors in dmesg" % smi
     assert result["raw_message"] is None
 
 
-def test_check_mode_reports_the_same(tmp_path, capsys):
+def test_check_mode_reports_the_same(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt", proc_version="proc_driver_nvidia_version_proprietary.txt")
     args = host.args(nvidia_smi_path=host.install_nvidia_smi("dgx_a100_8x_a100_sxm4_80gb.xml", 0))
-    normal = run_module(capsys, args)
-    checked = run_module(capsys, dict(args, _ansible_check_mode=True))
+    normal = run_module(args)
+    checked = run_module(dict(args, _ansible_check_mode=True))
     assert checked["ansible_facts"] == normal["ansible_facts"]
     assert checked["changed"] is False
 
@@ -255,48 +249,48 @@ def test_check_mode_reports_the_same(tmp_path, capsys):
      "procfs_root={value} is not a directory; set it to where procfs is mounted (normally /proc)"),
     ("timeout", lambda host: 0, "timeout={value} must be a positive number of seconds"),
 ])
-def test_bad_input_fails_with_the_fix(tmp_path, capsys, option, make_value, message):
+def test_bad_input_fails_with_the_fix(tmp_path, run_module, option, make_value, message):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt")
     value = make_value(host)
-    result = run_module(capsys, dict(host.args(), **{option: value}))
+    result = run_module(dict(host.args(), **{option: value}))
     assert result["failed"] is True
     assert result["msg"] == message.format(value=value)
     assert result["_exit_code"] == 1
 
 
-def test_nvidia_smi_path_that_is_not_executable_fails(tmp_path, capsys):
+def test_nvidia_smi_path_that_is_not_executable_fails(tmp_path, run_module):
     host = FakeHost(tmp_path, "pci_dgx_a100.txt")
     smi = host.install_nvidia_smi("dgx_a100_8x_a100_sxm4_80gb.xml", 0)
     pathlib.Path(smi).chmod(0o644)
-    result = run_module(capsys, host.args(nvidia_smi_path=smi))
+    result = run_module(host.args(nvidia_smi_path=smi))
     assert result["failed"] is True
     assert result["msg"].startswith("nvidia_smi_path=%s is not an executable file" % smi)
 
 
-def test_kernel_log_xid_events(tmp_path, capsys, monkeypatch):
+def test_kernel_log_xid_events(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_hgx_h100.txt", proc_version="proc_driver_nvidia_version_open.txt")
     host.install_dmesg("dmesg_xid_79.txt")
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("hgx_h100_2x_h100_80gb_hbm3_mig.xml", 0), kernel_log=True))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("hgx_h100_2x_h100_80gb_hbm3_mig.xml", 0), kernel_log=True))
     assert_facts_mirror_result(result)
     assert result["kernel_log_error"] is None
     assert [(event["pci"], event["xid"]) for event in result["xid_events"]] == [("0000:00:06", 79), ("0000:00:06", 154)]
     assert result["gpus"][0]["performance_state"] == "P0"
 
 
-def test_kernel_log_without_xid(tmp_path, capsys, monkeypatch):
+def test_kernel_log_without_xid(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     host.install_dmesg("proc_driver_nvidia_version_proprietary.txt")  # an NVRM line that is no Xid
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert (result["xid_events"], result["kernel_log_error"]) == ([], None)
 
 
-def test_kernel_log_not_permitted(tmp_path, capsys, monkeypatch):
+def test_kernel_log_not_permitted(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     dmesg = host.install_dmesg("dmesg: read kernel buffer failed: Operation not permitted", exit_code=1)
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert_facts_mirror_result(result)
     assert result["driver_state"] == "ok"
     assert result["xid_events"] is None
@@ -305,31 +299,31 @@ def test_kernel_log_not_permitted(tmp_path, capsys, monkeypatch):
         "(become) or CAP_SYSLOG where kernel.dmesg_restrict=1, and containers usually lack CAP_SYSLOG: read it on the host" % dmesg)
 
 
-def test_kernel_log_without_dmesg(tmp_path, capsys, monkeypatch):
+def test_kernel_log_without_dmesg(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     monkeypatch.setenv("PATH", str(host.bin))
     real_get_bin_path = nvidia_gpu_facts.AnsibleModule.get_bin_path
     # get_bin_path also searches the sbin directories, where a host may have a real dmesg.
     monkeypatch.setattr(nvidia_gpu_facts.AnsibleModule, "get_bin_path",
                         lambda self, name, *args, **kwargs: None if name == "dmesg" else real_get_bin_path(self, name, *args, **kwargs))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=True))
     assert result["xid_events"] is None
     assert result["kernel_log_error"] == "dmesg was not found (util-linux); install it to read the driver's Xid reports"
 
 
-def test_kernel_log_off(tmp_path, capsys, monkeypatch):
+def test_kernel_log_off(tmp_path, run_module, monkeypatch):
     host = FakeHost(tmp_path, "pci_desktop_rtx_3090.txt")
     host.install_dmesg("dmesg_xid_79.txt")
     monkeypatch.setenv("PATH", str(host.bin))
-    result = run_module(capsys, host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=False))
+    result = run_module(host.args(nvidia_smi_path=host.install_nvidia_smi("geforce_rtx_3090_single.xml", 0), kernel_log=False))
     assert (result["xid_events"], result["kernel_log_error"]) == (None, None)
 
 
-def test_the_lent_h200_is_hopper_9_0_on_the_open_module(tmp_path, capsys):
+def test_the_lent_h200_is_hopper_9_0_on_the_open_module(tmp_path, run_module):
     # PCI and /proc/driver/nvidia/version as read on a lent H200 with driver 580 (no nvidia-smi here: the facts come
     # from sysfs and procfs alone).
     host = FakeHost(tmp_path, "h200_580_sysfs_pci.txt", proc_version="proc_driver_nvidia_version_open_h200_580.txt")
-    result = run_module(capsys, host.args(nvidia_smi_path=str(tmp_path / "bin" / "absent")))
+    result = run_module(host.args(nvidia_smi_path=str(tmp_path / "bin" / "absent")))
     assert result["pci_gpus"] == [{"address": "0000:00:06.0", "device_id": "0x2335", "class": "0x030200", "name": "NVIDIA H200",
                                    "architecture": "Hopper", "compute_capability": "9.0"}]
     assert result["kernel_module_flavor"] == "open"

@@ -6,8 +6,6 @@ import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules import rolling_plan
 
 PACKAGES = {"nvidia-smi": "hi  550.163.01-1", "nvidia-container-toolkit": "hi  1.17.8-1", "libnccl2": "ii  2.22.3-1",
@@ -66,82 +64,79 @@ def node(tmp_path, monkeypatch):
     return make
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exit_info:
-            rolling_plan.main()
-    result = json.loads(capsys.readouterr().out)
-    result["_exit_code"] = exit_info.value.code
-    return result
+@pytest.fixture
+def run_module(module_result):
+    """run_module(args): rolling_plan.main()'s result (conftest.py)."""
+    return lambda args: module_result(rolling_plan.main, args)
 
 
-def test_a_node_at_its_pins_needs_nothing(node, capsys):
+def test_a_node_at_its_pins_needs_nothing(node, run_module):
     fake = node(loaded="550.163.01", refcnt=2, holders=("nvidia_uvm", "nvidia_modeset"), kernels=[os.uname().release])
-    result = run_module(capsys, fake.args({"driver": "550", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.32/stable"}))
+    result = run_module(fake.args({"driver": "550", "toolkit": "1.17.8", "nccl": "2.22.3", "microk8s": "1.32/stable"}))
     assert result["_exit_code"] == 0 and result["changed"] is False
     assert result["installed"]["toolkit"] == "1.17.8-1" and result["installed"]["driver"] == "550.163.01-1"
     assert result["installed"]["microk8s"] == "1.32/stable" and result["installed"]["module_holders"] == 0
     assert result["plan"] == {"change": [], "drain": False, "reboot": False, "reload": False, "reasons": []}
 
 
-def test_a_moved_toolkit_pin_drains_without_a_reboot(node, capsys):
-    result = run_module(capsys, node().args({"toolkit": "1.17.9"}))
+def test_a_moved_toolkit_pin_drains_without_a_reboot(node, run_module):
+    result = run_module(node().args({"toolkit": "1.17.9"}))
     assert result["plan"]["change"] == ["toolkit"]
     assert (result["plan"]["drain"], result["plan"]["reboot"], result["plan"]["reload"]) == (True, False, False)
     assert result["plan"]["reasons"] == ["toolkit 1.17.8-1 -> 1.17.9"]
 
 
-def test_a_component_the_node_lacks_is_left_to_site(node, capsys):
-    result = run_module(capsys, node().args({"nccl": "2.23.4"}, packages={"nccl": "libnccl-missing"}))
+def test_a_component_the_node_lacks_is_left_to_site(node, run_module):
+    result = run_module(node().args({"nccl": "2.23.4"}, packages={"nccl": "libnccl-missing"}))
     assert result["not_installed"] == ["nccl"] and result["plan"]["drain"] is False
 
 
-def test_a_removed_package_is_not_installed(node, capsys):
-    result = run_module(capsys, node().args({"toolkit": "1.17.8"}, packages={"fabric_manager": "nvidia-fabricmanager-550"}))
+def test_a_removed_package_is_not_installed(node, run_module):
+    result = run_module(node().args({"toolkit": "1.17.8"}, packages={"fabric_manager": "nvidia-fabricmanager-550"}))
     assert result["installed"]["fabric_manager"] is None
 
 
-def test_a_pending_reboot_and_a_newer_kernel_reboot(node, capsys):
+def test_a_pending_reboot_and_a_newer_kernel_reboot(node, run_module):
     fake = node(kernels=["6.12.9+deb13-amd64", "6.12.48+deb13-amd64"], reboot_pkgs="linux-image-amd64\n")
-    result = run_module(capsys, fake.args({"toolkit": "1.17.8"}))
+    result = run_module(fake.args({"toolkit": "1.17.8"}))
     assert result["installed"]["kernel_newest"] == "6.12.48+deb13-amd64"  # by version, not by string
     assert result["installed"]["reboot_required"] == "linux-image-amd64"
     assert result["plan"]["reboot"] is True and result["plan"]["drain"] is True
 
 
-def test_a_driver_module_held_by_persistenced_reboots_instead_of_reloading(node, capsys):
+def test_a_driver_module_held_by_persistenced_reboots_instead_of_reloading(node, run_module):
     fake = node(loaded="550.127.05", refcnt=3, holders=("nvidia_uvm",))
-    result = run_module(capsys, fake.args({"driver": "550"}))
+    result = run_module(fake.args({"driver": "550"}))
     assert result["installed"]["module_holders"] == 2
     assert (result["plan"]["reboot"], result["plan"]["reload"]) == (True, False)
 
 
-def test_an_unknown_component_is_refused(node, capsys):
-    result = run_module(capsys, node().args({"cuda": "12.6"}))
+def test_an_unknown_component_is_refused(node, run_module):
+    result = run_module(node().args({"cuda": "12.6"}))
     assert result["_exit_code"] == 1 and "unknown component(s) cuda" in result["msg"]
 
 
-def test_a_proprietary_node_moved_to_the_open_modules_swaps_its_driver(node, capsys):
+def test_a_proprietary_node_moved_to_the_open_modules_swaps_its_driver(node, run_module):
     fake = node(loaded="550.163.01", refcnt=0, kernels=[os.uname().release])
-    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    result = run_module(fake.args({"driver": "550", "driver_flavor": "open"}))
     assert (result["installed"]["driver_flavor"], result["installed"]["driver_flavor_loaded"]) == ("proprietary", "proprietary")
     assert result["plan"]["change"] == ["driver"] and result["plan"]["reload"] is True
     assert "driver kernel modules proprietary -> open" in result["plan"]["reasons"]
 
 
-def test_the_recorded_flavour_stands_for_the_installed_one(node, capsys):
+def test_the_recorded_flavour_stands_for_the_installed_one(node, run_module):
     fake = node(loaded="550.163.01", loaded_open=True, recorded="proprietary", kernels=[os.uname().release])
-    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    result = run_module(fake.args({"driver": "550", "driver_flavor": "open"}))
     assert (result["installed"]["driver_flavor"], result["installed"]["driver_flavor_loaded"]) == ("proprietary", "open")
     assert result["plan"]["change"] == ["driver"]
 
 
-def test_an_open_node_at_its_pins_needs_nothing(node, capsys):
+def test_an_open_node_at_its_pins_needs_nothing(node, run_module):
     fake = node(loaded="550.163.01", loaded_open=True, recorded="open", kernels=[os.uname().release])
-    result = run_module(capsys, fake.args({"driver": "550", "driver_flavor": "open"}))
+    result = run_module(fake.args({"driver": "550", "driver_flavor": "open"}))
     assert result["plan"]["drain"] is False
 
 
-def test_an_unknown_flavour_is_refused(node, capsys):
-    result = run_module(capsys, node().args({"driver_flavor": "nouveau"}))
+def test_an_unknown_flavour_is_refused(node, run_module):
+    result = run_module(node().args({"driver_flavor": "nouveau"}))
     assert result["_exit_code"] == 1 and "driver_flavor is 'nouveau'; use open or proprietary" in result["msg"]
