@@ -53,9 +53,9 @@ CHECK_TASK = "Read whether the node still holds what the role's last full run le
 
 def site(name, *extra):
     """site.yml from the installed collection on the as-a-user inventory; (exit status, output)."""
-    command = ["ansible-playbook", "dlinfra.gpu_cluster.site", "-i", str(WORK / "inventory")] + list(extra) + [
+    command = ["ansible-playbook", "dlinfra.gpu_cluster.site", "-i", str(WORK / "inventory"), "-v",
                "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
-               "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"), "-v"]
+               "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments")] + list(extra)
     # One line of JSON per result: what converged_state said on each host.
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(WORK / "collections"), ANSIBLE_NOCOLOR="1", ANSIBLE_PIPELINING="1",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_CALLBACK_FORMAT_PRETTY="0")
