@@ -23,17 +23,17 @@ NOT_RECORDED = {
     ("preflight", "{{ item.item }}.dlinfra.orig"): "the distribution's source files: recorded by name in vars/main.yml",
     ("preflight", "{{ item.item }}"): "the distribution's source files: recorded by name in vars/main.yml",
     ("preflight", "{{ item.source }}"): "copies of the distribution's source files: recorded by name",
-    ("nvidia_driver", "{{ __nvidia_driver_headers_package }}"): "the running kernel's headers: a new kernel changes "
-                                                                  "the inputs digest (the kernel fact)",
-    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_engine_install }}"): "the engine packages with their "
-                                                                                      "versions: __..._engine_names",
-    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_apt_repo.signed_by }}"): "the include's alias of "
-                                                                                         "the two repositories",
-    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_apt_repo.name }}"): "the include's alias of the two "
-                                                                                    "repositories",
+    ("nvidia_driver", "{{ __nvidia_driver_headers_package }}"):
+        "the running kernel's headers: a new kernel changes the inputs digest (the kernel fact)",
+    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_engine_install }}"):
+        "the engine packages with their versions: __nvidia_container_toolkit_engine_names",
+    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_apt_repo.signed_by }}"):
+        "the include's alias of the two repositories, recorded by their own variables",
+    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_apt_repo.name }}"):
+        "the include's alias of the two repositories, recorded by their own variables",
     ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_key_download.path }}"): "a temporary download",
-    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_local_dir }}/{{ item | basename }}"): "the local "
-                                                                                                      "packages' copies",
+    ("nvidia_container_toolkit", "{{ __nvidia_container_toolkit_local_dir }}/{{ item | basename }}"):
+        "the local packages' copies; the directory is recorded",
     ("nccl", "{{ __nccl_tests_archive }}"): "the nccl-tests source archive, a download the build reads once",
     ("nccl", "{{ item }}"): "nccl-tests' build directories",
     ("anaconda", "{{ anaconda_download_dir }}"): "the download directory",
