@@ -156,10 +156,10 @@ def main(argv=None):
               % (mode, estimate["fleet_cpu_h"], estimate["fleet_minutes_cpu_bound"], estimate["cores"],
                  estimate["fleet_minutes_linear"], estimate["forks"], estimate["gpu_tasks"],
                  math.ceil(estimate["nodes"] / estimate["forks"]), estimate["per_task_batch_s"], TARGETS["fleet_minutes"]))
-    saved = [(summarise(runs[("full run", size)]), summarise(runs[("records", size)])) for size in ("3 nodes",)][0]
+    before, recorded = summarise(runs[("full run", "3 nodes")]), summarise(runs[("records", "3 nodes")])
     print("\nfull run / records, 3 nodes: wall %.2fx, controller CPU %.2fx, tasks per GPU node %.2fx; per GPU node CPU %.2fx"
-          % (saved[0]["wall_s"] / max(saved[1]["wall_s"], 0.1), saved[0]["cpu_s"] / max(saved[1]["cpu_s"], 0.1),
-             saved[0]["gpu_tasks"] / max(saved[1]["gpu_tasks"], 1),
+          % (before["wall_s"] / max(recorded["wall_s"], 0.1), before["cpu_s"] / max(recorded["cpu_s"], 0.1),
+             before["gpu_tasks"] / max(recorded["gpu_tasks"], 1),
              estimates["full run"]["cpu_per_gpu_node_s"] / max(estimates["records"]["cpu_per_gpu_node_s"], 0.01)))
     print("assumes: the controller's CPU per node is constant (no per-host growth in inventory or fact handling), a batch "
           "of 20 hosts takes as long per task as the lab's 3, and one head per cluster is not counted")
