@@ -55,10 +55,10 @@ def nvidia_driver_problems(settings, found):
         raise AnsibleFilterError("nvidia_driver_problems: %s" % error) from error
 
 
-def nvidia_driver_ubuntu_modules(installed_lines, available, kernel, module_flavour):
+def nvidia_driver_ubuntu_modules(installed_lines, available, kernel, module_flavour, pinned_version=""):
     """Canonical's precompiled modules that follow ``kernel``, or none for DKMS (see plugin_utils/nvidia_driver_ubuntu_modules)."""
     return precompiled_modules([str(line) for line in installed_lines or []], [str(name) for name in available or []],
-                               str(kernel or ""), str(module_flavour or ""))
+                               str(kernel or ""), str(module_flavour or ""), str(pinned_version or ""))
 
 
 class FilterModule:

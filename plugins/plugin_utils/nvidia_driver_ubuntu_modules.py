@@ -77,13 +77,15 @@ def _module_flavour_of(package):
     return match.group("flavour") if match else ""
 
 
-def precompiled_modules(installed_lines, available, kernel, module_flavour):
+def precompiled_modules(installed_lines, available, kernel, module_flavour, pinned_version=""):
     """What the node's kernel side is: Canonical's precompiled modules, or DKMS.
 
     installed_lines: dpkg-query's ``${Package};${db:Status-Abbrev};${Depends}`` lines for ``linux-image-*`` and
     ``linux-modules-nvidia-*``; available: the package names apt has (``apt-cache pkgnames linux-modules-nvidia-``);
     kernel: the running kernel's release (``uname -r``); module_flavour: the driver's, ``580-server`` or
-    ``580-server-open``.
+    ``580-server-open``; pinned_version: ``nvidia_driver_version`` where it pins an exact driver version, else ''.
+    Canonical builds each kernel's modules from the branch's current driver in the archive, not from older versions,
+    so an exact pin gets DKMS, which builds the pinned version.
 
     Returns packages (the modules packages to install, empty for DKMS: the meta packages of the kernel meta packages
     that follow the running kernel, where the archive has them, then the running kernel's own where it has that),
@@ -99,8 +101,13 @@ def precompiled_modules(installed_lines, available, kernel, module_flavour):
     own = PREFIX + module_flavour + "-" + kernel
     installed_modules = sorted(package for package in installed if package.startswith(PREFIX))
 
+    if pinned_version:
+        chosen = []
     if not chosen:
-        if not metas:
+        if pinned_version:
+            why = ("nvidia_driver_version pins %s, and Canonical builds its precompiled modules from the branch's "
+                   "current driver only (pin nvidia_driver_branch alone to use them)" % pinned_version)
+        elif not metas:
             why = "no kernel meta package (linux-image-generic, -aws, ...) is installed"
         elif not following:
             why = "no installed kernel meta package (%s) follows the running kernel %s" % (

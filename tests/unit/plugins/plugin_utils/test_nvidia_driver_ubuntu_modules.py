@@ -144,6 +144,15 @@ def test_dkms_swaps_out_every_installed_precompiled_module():
     assert result["remove"] == sorted(line.split(";")[0] for line in INSTALLED_MODULES if ";hi " in line)
 
 
+def test_an_exact_pinned_version_gets_dkms_and_swaps_the_precompiled_modules_out():
+    result = precompiled_modules(NOBLE + INSTALLED_MODULES, NOBLE_AVAILABLE, "6.8.0-31-generic", OPEN, "580.95.05")
+    assert result["packages"] == [] and result["hold"] == []
+    assert result["remove"] == sorted(line.split(";")[0] for line in INSTALLED_MODULES if ";hi " in line)
+    assert result["reason"] == (
+        "DKMS builds the modules: nvidia_driver_version pins 580.95.05, and Canonical builds its precompiled modules "
+        "from the branch's current driver only (pin nvidia_driver_branch alone to use them)")
+
+
 def test_installed_packages_reads_dpkg_query_s_fields():
     assert installed_packages([
         "linux-image-generic;ii ;linux-image-6.8.0-31-generic (= 6.8.0-31.31), linux-firmware, intel-microcode | "

@@ -436,10 +436,12 @@ def ubuntu_modules(templar, installed=tuple(NOBLE_KERNEL_PACKAGES), available=tu
     choose = next(task for task in tasks if task["name"] == "Choose the precompiled modules or DKMS")
     assert " ".join(choose["ansible.builtin.set_fact"]["__nvidia_driver_ubuntu_modules"].split()) == (
         "{{ __nvidia_driver_kernel_found.stdout_lines | dlinfra.gpu_cluster.nvidia_driver_ubuntu_modules("
-        " __nvidia_driver_precompiled_found.stdout_lines, ansible_facts['kernel'], __nvidia_driver_set.precompiled) }}")
+        " __nvidia_driver_precompiled_found.stdout_lines, ansible_facts['kernel'], __nvidia_driver_set.precompiled,"
+        " nvidia_driver_version) }}")
     assert choose["when"] == "__nvidia_driver_precompiled_wanted"
     chosen = precompiled_modules(list(installed), list(available), resolve(templar, "ansible_facts['kernel']"),
-                                 resolve(templar, "__nvidia_driver_set.precompiled"))
+                                 resolve(templar, "__nvidia_driver_set.precompiled"),
+                                 resolve(templar, "nvidia_driver_version"))
     return Templar(loader=DataLoader(), variables=dict(templar.available_variables, __nvidia_driver_ubuntu_modules=chosen))
 
 
@@ -497,6 +499,14 @@ def test_without_precompiled_modules_for_the_kernel_dkms_builds_them_as_before()
     # The precompiled modules a node had go in the same transaction that brings the DKMS package.
     assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
         "linux-modules-nvidia-580-server-open-generic", "nvidia-dkms-580-server-open"]
+
+
+def test_an_exact_pinned_version_gets_dkms_at_that_version():
+    templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x2901"] * 8, nvidia_driver_version="580.82.07",
+                                          package_version="580.82.07-0ubuntu0.24.04.1"))
+    assert resolve(templar, "__nvidia_driver_precompiled") is False
+    assert resolve(templar, "__nvidia_driver_kernel_requests") == [
+        "nvidia-dkms-580-server-open=580.82.07-0ubuntu0.24.04.1"]
 
 
 def test_the_tasks_skip_headers_and_the_dkms_check_for_precompiled_modules():
