@@ -26,13 +26,12 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes
 attributes:
   check_mode:
     support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+    details: Without O(record) it only reads; with it, it reports whether the record would change and writes it
+      only outside check mode.
 options:
   role:
     description: The role the record belongs to; its file name.

@@ -23,6 +23,7 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes.read_only
   - ansible.builtin.action_common_attributes.facts
 options:
   nvidia_smi_path:
@@ -58,11 +59,6 @@ options:
     type: bool
     default: false
 attributes:
-  check_mode:
-    support: full
-    details: It only reads, so check mode runs it in full and reports the real state.
-  diff_mode:
-    support: none
   facts:
     support: full
   platform:

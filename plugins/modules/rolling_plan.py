@@ -24,13 +24,7 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - dlinfra.gpu_cluster.attributes.read_only
 options:
   target:
     description:

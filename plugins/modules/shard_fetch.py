@@ -30,14 +30,11 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes
 attributes:
   check_mode:
     support: full
     details: Reports what would be fetched and removed; it reads and hashes files where O(verify) asks for it, and writes nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   dest:
     description:

@@ -23,14 +23,11 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes
 attributes:
   check_mode:
     support: none
     details: There is no job to wait for in check mode; the role does not start one.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   jid:
     description: The job's id, C(ansible_job_id) of the task that started it.

@@ -20,6 +20,7 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes.controller
 attributes:
   check_mode:
     support: full
@@ -27,8 +28,6 @@ attributes:
   diff_mode:
     support: full
     details: Shows the previous and the new plan summaries.
-  platform:
-    platforms: all
 options:
   datasets:
     description: The datasets, as the role's C(shard_staging_datasets) describes them (name, source, index, mode, replicas, headroom).

@@ -21,6 +21,7 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes.read_only
 options:
   dest:
     description: The dataset's directory on the node.
@@ -49,14 +50,6 @@ options:
     description: Fraction of the present shards whose sha256 is computed again, at least one shard when any is present.
     type: float
     default: 0.05
-attributes:
-  check_mode:
-    support: full
-    details: It only reads.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 """
 
 EXAMPLES = r"""

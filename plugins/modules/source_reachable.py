@@ -18,14 +18,7 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads only.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - dlinfra.gpu_cluster.attributes.read_only
 options:
   sources:
     description: What the role will download, in the order it will.

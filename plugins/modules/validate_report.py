@@ -19,14 +19,13 @@ author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - dlinfra.gpu_cluster.attributes.controller
 attributes:
   check_mode:
     support: none
     details: The nodes are only read; the report is written in check mode too.
   diff_mode:
     support: none
-  platform:
-    platforms: all
 options:
   dest:
     description: Directory on the controller for the three files; created when missing.
