@@ -1,13 +1,16 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """converged_state's controller half: the role's inputs digest (plugin_utils/converged_inputs.py), then the module.
-gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed."""
+gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed.
+A record is written only by a run of every phase of the role (plugin_utils/converged_record.py): one that --tags or
+--skip-tags limit is skipped here, before the node is asked anything."""
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inputs import (
     collection_version, inputs_digest, role_files_digest, role_variables)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_record import every_phase_runs
 
 FULL_RUN = "gpu_cluster_full_run"
 
@@ -21,8 +24,13 @@ class ActionModule(ActionBase):
         role_path = task_vars.get("role_path")
         if not role or not role_path:
             raise AnsibleActionFail("converged_state runs inside a role, with role: naming it")
-        if not boolean(module_args.get("record", False), strict=False) and \
-                boolean(self._templar.template(task_vars.get(FULL_RUN, False)), strict=False):
+        record = boolean(module_args.get("record", False), strict=False)
+        if record and not every_phase_runs(role, task_vars.get("ansible_run_tags", ["all"]),
+                                           task_vars.get("ansible_skip_tags", [])):
+            result.update(changed=False, skipped=True,
+                          msg="%s: not recorded, --tags/--skip-tags ran only some of its phases" % role)
+            return result
+        if not record and boolean(self._templar.template(task_vars.get(FULL_RUN, False)), strict=False):
             result.update(changed=False, converged=False, drift=[], reason="%s is true: the role runs in full" % FULL_RUN)
             return result
         variables = {name: self._value(task_vars[name]) for name in role_variables(task_vars, role)}

@@ -21,6 +21,10 @@ description:
     RV(reason) and RV(drift), and the role runs in full, which repairs it.
   - The action plugin of the same name computes O(inputs_digest) on the controller from the role's public variables,
     the role's own files, the collection's version and O(inputs).
+  - With O(record=true) the action plugin writes nothing where C(--tags) or C(--skip-tags) limit the run to some of
+    the role's phases (C(--tags) takes neither C(all) nor the role; C(--skip-tags) takes the role, C(always) or a
+    tag that starts with either and C(_), such as C(nccl_verify)). The task is then skipped and its C(msg) says why.
+    Other skip tags, such as molecule's C(notest), leave the role whole and record.
   - Package versions and holds are read from dpkg; on a host without C(dpkg-query) a node is never converged.
 author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
