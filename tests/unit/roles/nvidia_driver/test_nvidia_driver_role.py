@@ -273,9 +273,10 @@ def test_platform_files_are_complete(platform):
     assert (ROLE / "tasks" / ("install_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     assert (ROLE / "tasks" / ("repository_%s.yml" % data["__nvidia_driver_package_manager"])).exists()
     for package_set in data["__nvidia_driver_package_sets"].values():
-        # EL's CUDA repository adds the module its streams belong to; Ubuntu's the last branch its names fit, and
-        # Ubuntu's archive the driver's name in its precompiled modules.
-        optional = {"module", "module_stream", "last_branch", "precompiled"}
+        # EL's CUDA repository adds the module its streams belong to; Ubuntu's the last branch its names fit,
+        # Ubuntu's archive the driver's name in its precompiled modules, and Debian's archive its families' source
+        # package.
+        optional = {"module", "module_stream", "last_branch", "precompiled", "family_source"}
         assert set(package_set) - optional == {"anchor", "userspace", "full", "kernel", "companions", "fabric_manager",
                                                "dkms_module", "fixed_branch"}
         assert ("module" in package_set) == (os_family == "RedHat") == ("module_stream" in package_set)
@@ -284,6 +285,9 @@ def test_platform_files_are_complete(platform):
         assert set(package_set["kernel"]) == set(package_set["dkms_module"])
         assert set(package_set["kernel"]) in ({"open", "proprietary"}, {"proprietary"})
         assert isinstance(package_set["fixed_branch"], bool)
+    # Debian's archive: its families keep one per node (tasks/family_apt.yml); NVIDIA's repository is one family.
+    assert sorted(name for name, package_set in data["__nvidia_driver_package_sets"].items()
+                  if "family_source" in package_set) == (["distribution", "tesla"] if distribution == "Debian" else [])
 
 
 @pytest.mark.parametrize("platform, source, branch, gpus, expected", [
@@ -422,7 +426,8 @@ def test_secure_boot_needs_a_signing_key_that_exists():
 
 # Ubuntu's precompiled modules ---------------------------------------------------------------------------------------
 
-# A node on Ubuntu 24.04's generic kernel (role_templar's 6.8.0-31-generic), as tasks/install_apt.yml's probes see it.
+# A node on Ubuntu 24.04's generic kernel (role_templar's 6.8.0-31-generic), as tasks/precompiled_apt.yml's probes see
+# it.
 NOBLE_KERNEL_PACKAGES = ["linux-image-6.8.0-31-generic;ii ;linux-modules-6.8.0-31-generic",
                          "linux-image-generic;ii ;linux-image-6.8.0-31-generic, linux-firmware"]
 NOBLE_MODULES = ["linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-6.8.0-31-generic",
@@ -430,15 +435,17 @@ NOBLE_MODULES = ["linux-modules-nvidia-580-server-open-generic", "linux-modules-
 
 
 def ubuntu_modules(templar, installed=tuple(NOBLE_KERNEL_PACKAGES), available=tuple(NOBLE_MODULES)):
-    """The role's variables once install_apt.yml chose the kernel side: its set_fact's filter call, checked as written,
+    """The role's variables once precompiled_apt.yml chose the kernel side: its set_fact's filter call, checked as written,
     made with the Python the filter wraps on what its two probes printed."""
-    tasks = yaml.safe_load((ROLE / "tasks" / "install_apt.yml").read_text())
+    tasks = yaml.safe_load((ROLE / "tasks" / "precompiled_apt.yml").read_text())
     choose = next(task for task in tasks if task["name"] == "Choose the precompiled modules or DKMS")
+    install = yaml.safe_load((ROLE / "tasks" / "install_apt.yml").read_text())
+    include = next(task for task in install if task.get("ansible.builtin.include_tasks") == "precompiled_apt.yml")
     assert " ".join(choose["ansible.builtin.set_fact"]["__nvidia_driver_ubuntu_modules"].split()) == (
         "{{ __nvidia_driver_kernel_found.stdout_lines | dlinfra.gpu_cluster.nvidia_driver_ubuntu_modules("
         " __nvidia_driver_precompiled_found.stdout_lines, ansible_facts['kernel'], __nvidia_driver_set.precompiled,"
         " nvidia_driver_version) }}")
-    assert choose["when"] == "__nvidia_driver_precompiled_wanted"
+    assert include["when"] == "__nvidia_driver_precompiled_wanted"
     chosen = precompiled_modules(list(installed), list(available), resolve(templar, "ansible_facts['kernel']"),
                                  resolve(templar, "__nvidia_driver_set.precompiled"),
                                  resolve(templar, "nvidia_driver_version"))
@@ -507,6 +514,28 @@ def test_an_exact_pinned_version_gets_dkms_at_that_version():
     assert resolve(templar, "__nvidia_driver_precompiled") is False
     assert resolve(templar, "__nvidia_driver_kernel_requests") == [
         "nvidia-dkms-580-server-open=580.82.07-0ubuntu0.24.04.1"]
+
+
+@pytest.mark.parametrize("version, source, other", [
+    ("470.256.02-1~deb12u1", "nvidia-graphics-drivers-tesla-470", ["libcuda1", "nvidia-alternative", "nvidia-smi"]),
+    ("535.261.03-1", "nvidia-graphics-drivers", ["libnvidia-tesla-470-cuda1", "nvidia-tesla-470-smi"]),
+])
+def test_a_node_moving_between_debian_s_families_swaps_the_other_family_out(version, source, other):
+    branch = version.split(".")[0]
+    templar = role_templar("debian12", pci_gpus=["0x1db5"] * 2, package_version=version, nvidia_driver_branch=branch)
+    assert resolve(templar, "__nvidia_driver_set.family_source") == source
+    templar = Templar(loader=DataLoader(), variables=dict(templar.available_variables,
+                                                          __nvidia_driver_other_family_packages=other))
+    args = resolve(templar, "__nvidia_driver_family_swap_args")
+    assert args[:3] == ["--no-install-recommends", "--allow-change-held-packages", "--allow-downgrades"]
+    assert args[3:] == [name + "=" + version for name in resolve(templar, "__nvidia_driver_versioned_packages")] + [
+        name + "-" for name in other]
+    assert any("kernel-dkms=" in arg for arg in args)
+
+
+def test_the_cuda_repository_keeps_no_family_of_debian_s():
+    templar = role_templar("debian12", pci_gpus=["0x1db5"] * 2, nvidia_driver_source="cuda")
+    assert resolve(templar, "__nvidia_driver_set.family_source | default('none')") == "none"
 
 
 def test_the_tasks_skip_headers_and_the_dkms_check_for_precompiled_modules():
