@@ -1,6 +1,10 @@
 """monitoring.up from what the Prometheus servers among the nodes answered: the active targets (the format of
 /api/v1/targets?state=active) and the nvidia_smi_up series (/api/v1/query), as gpu_monitoring's scrape jobs label them."""
 
+import json
+import pathlib
+import re
+
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_monitoring as vm
@@ -73,3 +77,56 @@ def test_a_second_server_does_not_override_the_first_ones_target():
     all_nodes["sim-gpu2"]["monitoring"] = {"answered": True, "targets": [target("sim-gpu1", "down", "x")], "smi_up": []}
     assert vm.servers(all_nodes) == ["sim-gpu2", "sim-head"]
     assert vm.scraped(all_nodes)["sim-gpu1"]["server"] == "sim-gpu2"  # the first server in name order scrapes it
+
+
+# What the real Prometheus answered (Debian 12's 2.42, in the gpu_monitoring molecule scenario): the server
+# debian12-gpu_monitoring scrapes itself and debian13-gpu_monitoring, healthy and with debian13's node exporter
+# stopped. fixtures/validate_monitoring/README.md says how they were recorded.
+FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "validate_monitoring"
+SERVER, OTHER = "debian12-gpu_monitoring", "debian13-gpu_monitoring"
+
+
+def recorded(state, gpu_nodes=()):
+    """Every node's raw monitoring data as roles/validate/tasks/monitoring.yml keeps it: the server's answers, and a
+    refused connection (answered false) on the node without a Prometheus."""
+    targets = json.loads((FIXTURES / ("prometheus_2.42_targets_%s.json" % state)).read_text())
+    smi_up = json.loads((FIXTURES / ("prometheus_2.42_nvidia_smi_up_%s.json" % state)).read_text())
+    assert targets["status"] == smi_up["status"] == "success"
+    return {SERVER: {"gpu_node": SERVER in gpu_nodes,
+                     "monitoring": {"answered": True, "targets": targets["data"]["activeTargets"],
+                                    "smi_up": smi_up["data"]["result"]}},
+            OTHER: {"gpu_node": OTHER in gpu_nodes, "monitoring": {"answered": False, "targets": [], "smi_up": []}}}
+
+
+@pytest.mark.parametrize("host", [SERVER, OTHER])
+def test_recorded_healthy_answers_pass_every_node(host):
+    assert result(recorded("healthy"), host, gpus_answer=None) == {
+        "check": "monitoring.up", "status": "pass", "expected": "up", "measured": "up",
+        "message": "scraped by Prometheus on debian12-gpu_monitoring, up"}
+
+
+@pytest.mark.parametrize("host", [SERVER, OTHER])
+def test_recorded_nvidia_smi_up_passes_gpu_nodes_whose_gpus_answer(host):
+    # The collector on both containers reads a recorded nvidia-smi report, so both series are 1 (the value is a string
+    # in the API's [time, value] pair).
+    checked = result(recorded("healthy", gpu_nodes=(SERVER, OTHER)), host, gpus_answer=True)
+    assert (checked["status"], checked["measured"]) == ("pass", "up, nvidia_smi_up 1")
+
+
+def test_recorded_target_down_fails_with_prometheus_error_and_the_fix():
+    checked = result(recorded("one_down"), OTHER, gpus_answer=None)
+    assert (checked["status"], checked["expected"], checked["measured"]) == ("fail", "up", "down")
+    assert re.fullmatch(
+        r"Prometheus on debian12-gpu_monitoring cannot scrape debian13-gpu_monitoring's node exporter \(down: Get "
+        r'"http://debian13-gpu_monitoring:9100/metrics": dial tcp [0-9.]+:9100: connect: connection refused\); check '
+        r"`systemctl status prometheus-node-exporter` there and that its port is reachable from debian12-gpu_monitoring",
+        checked["message"]), checked["message"]
+    assert result(recorded("one_down"), SERVER, gpus_answer=None)["status"] == "pass"
+
+
+def test_recorded_target_down_on_a_gpu_node_names_the_scrape_not_the_collector():
+    # Prometheus marks a failed target's series stale at once: nvidia_smi_up of the stopped node is gone from the query,
+    # and the failure is the scrape's, not a missing collector.
+    all_nodes = recorded("one_down", gpu_nodes=(OTHER,))
+    assert OTHER not in [s["metric"]["node"] for s in all_nodes[SERVER]["monitoring"]["smi_up"]]
+    assert "cannot scrape debian13-gpu_monitoring's node exporter" in result(all_nodes, OTHER)["message"]
