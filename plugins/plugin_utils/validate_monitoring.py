@@ -5,7 +5,9 @@ the node's GPUs answer.
 
 The data come from the Prometheus servers among the run's nodes (each cluster's first head, or the
 gpu_monitoring_server hosts, where the gpu_monitoring role put them): every node asks 127.0.0.1 on
-validate_prometheus_port, and where one answers its raw data hold the active targets and the nvidia_smi_up series.
+validate_prometheus_port, and where one answers its raw data hold the active targets, the nvidia_smi_up series and
+max_over_time(up{job="node"}[validate_prometheus_window]): a target whose last scrape failed is down only where no
+scrape of that window succeeded, so that one slow scrape on a busy node is not reported as an outage.
 """
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_result import check
@@ -20,7 +22,8 @@ def servers(nodes):
 
 
 def scraped(nodes):
-    """node -> {server, health, error, smi_up} for every node exporter target a server of the run scrapes."""
+    """node -> {server, health, error, smi_up, up_window} for every node exporter target a server of the run scrapes
+    (smi_up and up_window: the samples' values, None where the server has none)."""
     found = {}
     for server in servers(nodes):
         monitoring = nodes[server]["monitoring"]
@@ -28,17 +31,19 @@ def scraped(nodes):
             labels = target.get("labels") or {}
             if labels.get("job") == "node" and labels.get("node"):
                 found.setdefault(labels["node"], {"server": server, "health": target.get("health"),
-                                                  "error": target.get("lastError") or "", "smi_up": None})
-        for sample in monitoring.get("smi_up") or []:
-            node = (sample.get("metric") or {}).get("node")
-            if node in found and found[node]["server"] == server:
-                found[node]["smi_up"] = (sample.get("value") or [None, None])[1]
+                                                  "error": target.get("lastError") or "", "smi_up": None,
+                                                  "up_window": None})
+        for key in ("smi_up", "up_window"):
+            for sample in monitoring.get(key) or []:
+                node = (sample.get("metric") or {}).get("node")
+                if node in found and found[node]["server"] == server:
+                    found[node][key] = (sample.get("value") or [None, None])[1]
     return found
 
 
-def monitoring_check(host, raw, found, answering, gpus_answer, port):
+def monitoring_check(host, raw, found, answering, gpus_answer, port, window="1m"):
     """monitoring.up for one node. found: scraped(nodes); answering: servers(nodes); gpus_answer: the node's GPUs
-    answered validate's own nvidia-smi (None where the GPU phase was not read)."""
+    answered validate's own nvidia-smi (None where the GPU phase was not read); window: validate_prometheus_window."""
     if not answering:
         return check(NAME, "skip", "no Prometheus answered on port %s on any node of this run: gpu_monitoring is not "
                                    "deployed, or its server is not in this run" % port)
@@ -48,10 +53,15 @@ def monitoring_check(host, raw, found, answering, gpus_answer, port):
                                    "gpu_monitoring role so that its server's scrape jobs include the host"
                      % (", ".join(answering), host), "scraped", "not a target")
     where = "Prometheus on %s" % entry["server"]
+    if entry["health"] != "up" and str(entry["up_window"]) == "1":
+        # The series of a target whose last scrape failed are stale: nvidia_smi_up cannot be read until the next.
+        return check(NAME, "pass", "scraped by %s, up within the last %s; its last scrape failed (%s: %s)"
+                     % (where, window, entry["health"], entry["error"] or "no error given"), "up", "up within %s" % window)
     if entry["health"] != "up":
-        return check(NAME, "fail", "%s cannot scrape %s's node exporter (%s: %s); check `systemctl status "
-                                   "prometheus-node-exporter` there and that its port is reachable from %s"
-                     % (where, host, entry["health"], entry["error"] or "no error given", entry["server"]),
+        return check(NAME, "fail", "%s cannot scrape %s's node exporter (%s: %s), and no scrape of the last %s "
+                                   "succeeded; check `systemctl status prometheus-node-exporter` there and that its "
+                                   "port is reachable from %s"
+                     % (where, host, entry["health"], entry["error"] or "no error given", window, entry["server"]),
                      "up", entry["health"])
     if raw.get("gpu_node") and gpus_answer:
         if entry["smi_up"] is None:

@@ -57,6 +57,31 @@ def test_a_target_down_fails_with_prometheus_error_and_the_fix():
     assert "systemctl status prometheus-node-exporter" in checked["message"] and checked["measured"] == "down"
 
 
+def up_window(node, value):
+    return {"metric": {"job": "node", "node": node, "instance": "%s:9100" % node}, "value": [1795834644.1, value]}
+
+
+def test_a_target_whose_last_scrape_failed_but_was_up_within_the_window_passes():
+    # A slow scrape on a busy node (the lab's validate stage, seven runs side by side on 2 cores, met one) is not an
+    # outage: max_over_time(up[window]) is 1 while any scrape of the window succeeded.
+    all_nodes = nodes(targets=[target("sim-gpu1", "down", "context deadline exceeded")], samples=[])
+    all_nodes["sim-head"]["monitoring"]["up_window"] = [up_window("sim-gpu1", "1")]
+    checked = vm.monitoring_check("sim-gpu1", all_nodes["sim-gpu1"], vm.scraped(all_nodes), vm.servers(all_nodes), True,
+                                  9090, "90s")
+    assert (checked["status"], checked["measured"]) == ("pass", "up within 90s")
+    assert checked["message"] == ("scraped by Prometheus on sim-head, up within the last 90s; its last scrape failed "
+                                  "(down: context deadline exceeded)")
+
+
+@pytest.mark.parametrize("window", [[up_window("sim-gpu1", "0")], [], [up_window("sim-gpu2", "1")]])
+def test_a_target_down_for_the_whole_window_or_without_samples_fails(window):
+    all_nodes = nodes(targets=[target("sim-gpu1", "down", "connection refused"), target("sim-gpu2")])
+    all_nodes["sim-head"]["monitoring"]["up_window"] = window
+    checked = result(all_nodes, "sim-gpu1")
+    assert (checked["status"], checked["measured"]) == ("fail", "down")
+    assert "and no scrape of the last 1m succeeded" in checked["message"]
+
+
 @pytest.mark.parametrize("samples, words", [
     ([smi("sim-gpu2", "1")], "has no nvidia_smi_up from sim-gpu1"),
     ([smi("sim-gpu1", "0"), smi("sim-gpu2", "1")], "nvidia_smi_up is 0 on sim-gpu1 while its GPUs answer"),
@@ -118,8 +143,9 @@ def test_recorded_target_down_fails_with_prometheus_error_and_the_fix():
     assert (checked["status"], checked["expected"], checked["measured"]) == ("fail", "up", "down")
     assert re.fullmatch(
         r"Prometheus on debian12-gpu_monitoring cannot scrape debian13-gpu_monitoring's node exporter \(down: Get "
-        r'"http://debian13-gpu_monitoring:9100/metrics": dial tcp [0-9.]+:9100: connect: connection refused\); check '
-        r"`systemctl status prometheus-node-exporter` there and that its port is reachable from debian12-gpu_monitoring",
+        r'"http://debian13-gpu_monitoring:9100/metrics": dial tcp [0-9.]+:9100: connect: connection refused\), and no '
+        r"scrape of the last 1m succeeded; check `systemctl status prometheus-node-exporter` there and that its port is "
+        r"reachable from debian12-gpu_monitoring",
         checked["message"]), checked["message"]
     assert result(recorded("one_down"), SERVER, gpus_answer=None)["status"] == "pass"
 
