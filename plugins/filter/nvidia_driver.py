@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The nvidia_driver role's plan of each node's driver, its preflight problems and Ubuntu's precompiled modules: a thin
 wrapper over plugin_utils/nvidia_driver_choice, nvidia_driver_preflight, nvidia_driver_ubuntu_modules and
-nvidia_driver_families."""
+nvidia_driver_swap."""
 
 import re
 
@@ -10,9 +10,8 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
     DriverChoiceError, cuda_driver_problem, driver_plans, node_choice)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_families import (
-    other_family_packages, swap_problem)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_swap import swap_out, swap_problem
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
 
 
@@ -64,14 +63,17 @@ def nvidia_driver_ubuntu_modules(installed_lines, available, kernel, module_flav
                                str(kernel or ""), str(module_flavour or ""), str(pinned_version or ""))
 
 
-def nvidia_driver_other_families(lines, own_source):
-    """The installed packages of Debian's other driver families (see plugin_utils/nvidia_driver_families)."""
-    return other_family_packages([str(line) for line in lines or []], str(own_source))
+def nvidia_driver_swap_out(lines, keep, other_kernel_packages, own_family_source=""):
+    """The installed packages of another driver that a node moving to this one removes (see
+    plugin_utils/nvidia_driver_swap)."""
+    return swap_out([str(line) for line in lines or []], [str(name) for name in keep or []],
+                    [str(name) for name in other_kernel_packages or []], str(own_family_source or ""))
 
 
-def nvidia_driver_family_swap_problem(source_lines, host, own_source):
-    """'' where a family switch removes driver packages only, else why not (see plugin_utils/nvidia_driver_families)."""
-    return swap_problem(str(host), [str(line) for line in source_lines or []], str(own_source))
+def nvidia_driver_swap_problem(source_lines, host, swapped_out, driver):
+    """'' where a driver swap removes driver packages only, else why not (see plugin_utils/nvidia_driver_swap)."""
+    return swap_problem(str(host), [str(line) for line in source_lines or []], [str(name) for name in swapped_out or []],
+                        str(driver))
 
 
 class FilterModule:
@@ -79,5 +81,5 @@ class FilterModule:
         return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
                 "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
                 "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules,
-                "nvidia_driver_other_families": nvidia_driver_other_families,
-                "nvidia_driver_family_swap_problem": nvidia_driver_family_swap_problem}
+                "nvidia_driver_swap_out": nvidia_driver_swap_out,
+                "nvidia_driver_swap_problem": nvidia_driver_swap_problem}

@@ -2,8 +2,8 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import (
-    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_family_swap_problem, nvidia_driver_node_flavor,
-    nvidia_driver_other_families, nvidia_driver_plans, nvidia_driver_problems, nvidia_driver_ubuntu_modules)
+    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans, nvidia_driver_problems,
+    nvidia_driver_swap_out, nvidia_driver_swap_problem, nvidia_driver_ubuntu_modules)
 
 V100, B200 = "0x1db5", "0x2901"
 SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
@@ -74,15 +74,15 @@ def test_every_filter_is_exposed():
         "nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
         "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
         "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules,
-        "nvidia_driver_other_families": nvidia_driver_other_families,
-        "nvidia_driver_family_swap_problem": nvidia_driver_family_swap_problem}
+        "nvidia_driver_swap_out": nvidia_driver_swap_out, "nvidia_driver_swap_problem": nvidia_driver_swap_problem}
 
 
-def test_the_family_filters_take_dpkg_query_s_lines():
-    assert nvidia_driver_other_families(["nvidia-smi hi  nvidia-graphics-drivers", "adduser ii  adduser"],
-                                        "nvidia-graphics-drivers-tesla-470") == ["nvidia-smi"]
-    assert nvidia_driver_family_swap_problem(["nvidia-smi nvidia-graphics-drivers"], "gpu01",
-                                             "nvidia-graphics-drivers-tesla-470") == ""
+def test_the_swap_filters_take_dpkg_query_s_lines():
+    assert nvidia_driver_swap_out(["nvidia-smi hi  nvidia-graphics-drivers", "adduser ii  adduser"],
+                                  ["nvidia-tesla-470-smi"], [], "nvidia-graphics-drivers-tesla-470") == ["nvidia-smi"]
+    assert nvidia_driver_swap_out(["nvidia-kernel-dkms ii  nvidia-graphics-drivers"], ["nvidia-open-kernel-dkms"],
+                                  ["nvidia-kernel-dkms"]) == ["nvidia-kernel-dkms"]
+    assert nvidia_driver_swap_problem(["nvidia-smi nvidia-graphics-drivers"], "gpu01", ["nvidia-smi"], "470") == ""
 
 
 def test_the_problems_filter_returns_the_lines():

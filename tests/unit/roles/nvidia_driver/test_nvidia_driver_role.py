@@ -285,7 +285,7 @@ def test_platform_files_are_complete(platform):
         assert set(package_set["kernel"]) == set(package_set["dkms_module"])
         assert set(package_set["kernel"]) in ({"open", "proprietary"}, {"proprietary"})
         assert isinstance(package_set["fixed_branch"], bool)
-    # Debian's archive: its families keep one per node (tasks/family_apt.yml); NVIDIA's repository is one family.
+    # Debian's archive: its families keep one per node (tasks/swap_apt.yml); NVIDIA's repository is one family.
     assert sorted(name for name, package_set in data["__nvidia_driver_package_sets"].items()
                   if "family_source" in package_set) == (["distribution", "tesla"] if distribution == "Debian" else [])
 
@@ -476,7 +476,9 @@ def test_precompiled_modules_replace_the_dkms_package_and_only_the_running_kerne
     assert resolve(templar, "__nvidia_driver_precompiled") is True
     assert resolve(templar, "__nvidia_driver_versioned_packages") == [
         "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server"]
-    assert resolve(templar, "__nvidia_driver_kernel_requests") == [
+    assert swap_args(templar)[3:] == [
+        "nvidia-headless-no-dkms-580-server-open=580.95.05-0ubuntu0.24.04.2",
+        "nvidia-utils-580-server=580.95.05-0ubuntu0.24.04.2",
         "linux-modules-nvidia-580-server-open-generic", "linux-modules-nvidia-580-server-open-6.8.0-31-generic"]
     assert resolve(templar, "__nvidia_driver_packages") == [
         "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
@@ -502,7 +504,7 @@ def test_without_precompiled_modules_for_the_kernel_dkms_builds_them_as_before()
     assert resolve(templar, "__nvidia_driver_precompiled") is False
     assert resolve(templar, "__nvidia_driver_packages") == [
         "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server", "nvidia-dkms-580-server"]
-    assert resolve(templar, "__nvidia_driver_kernel_requests") == ["nvidia-dkms-580-server=580.95.05-1"]
+    assert swap_args(templar)[-1] == "nvidia-dkms-580-server=580.95.05-1"
     # The precompiled modules a node had go in the same transaction that brings the DKMS package.
     assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
         "linux-modules-nvidia-580-server-open-generic", "nvidia-dkms-580-server-open"]
@@ -512,8 +514,13 @@ def test_an_exact_pinned_version_gets_dkms_at_that_version():
     templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x2901"] * 8, nvidia_driver_version="580.82.07",
                                           package_version="580.82.07-0ubuntu0.24.04.1"))
     assert resolve(templar, "__nvidia_driver_precompiled") is False
-    assert resolve(templar, "__nvidia_driver_kernel_requests") == [
-        "nvidia-dkms-580-server-open=580.82.07-0ubuntu0.24.04.1"]
+    assert swap_args(templar)[-1] == "nvidia-dkms-580-server-open=580.82.07-0ubuntu0.24.04.1"
+
+
+def swap_args(templar, swap_out=()):
+    """The swap's apt-get arguments, with ``swap_out`` as the installed packages it removes (tasks/swap_apt.yml)."""
+    variables = dict(templar.available_variables, __nvidia_driver_swap_out=list(swap_out))
+    return resolve(Templar(loader=DataLoader(), variables=variables), "__nvidia_driver_swap_args")
 
 
 @pytest.mark.parametrize("version, source, other", [
@@ -524,13 +531,21 @@ def test_a_node_moving_between_debian_s_families_swaps_the_other_family_out(vers
     branch = version.split(".")[0]
     templar = role_templar("debian12", pci_gpus=["0x1db5"] * 2, package_version=version, nvidia_driver_branch=branch)
     assert resolve(templar, "__nvidia_driver_set.family_source") == source
-    templar = Templar(loader=DataLoader(), variables=dict(templar.available_variables,
-                                                          __nvidia_driver_other_family_packages=other))
-    args = resolve(templar, "__nvidia_driver_family_swap_args")
+    args = swap_args(templar, other)
     assert args[:3] == ["--no-install-recommends", "--allow-change-held-packages", "--allow-downgrades"]
     assert args[3:] == [name + "=" + version for name in resolve(templar, "__nvidia_driver_versioned_packages")] + [
         name + "-" for name in other]
     assert any("kernel-dkms=" in arg for arg in args)
+
+
+def test_the_swap_keeps_the_kernel_packages_where_the_role_leaves_the_module_be():
+    templar = role_templar("debian12", pci_gpus=["0x2335"] * 8, package_version="535.261.03-1",
+                           nvidia_driver_flavor="open")
+    assert "nvidia-kernel-dkms" not in resolve(templar, "__nvidia_driver_swap_keep")
+    assert "nvidia-open-kernel-dkms" in resolve(templar, "__nvidia_driver_swap_keep")
+    templar = role_templar("debian12", pci_gpus=["0x2335"] * 8, package_version="535.261.03-1",
+                           nvidia_driver_kernel_module=False)
+    assert {"nvidia-kernel-dkms", "nvidia-open-kernel-dkms"} <= set(resolve(templar, "__nvidia_driver_swap_keep"))
 
 
 def test_the_cuda_repository_keeps_no_family_of_debian_s():
