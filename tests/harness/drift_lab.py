@@ -6,8 +6,8 @@ upgrade or a stray script would, and the next site.yml, from the installed colle
   2. the drifts, all at once: a package version moved (the toolkit's four packages to the fixture repository's 1.17.9-1:
      their dependencies are exact; the lab pins no toolkit version for rolling_upgrade, so the role's record finds it),
      a hold lifted (libnccl2), a base package removed (fio), a config file edited (/etc/nccl.conf), a repository removed (the toolkit's .sources), a
-     kernel module option changed (the nouveau blacklist) and a service disabled (nvidia-persistenced), spread over the
-     two GPU nodes;
+     kernel module option changed (the nouveau blacklist), a service disabled (nvidia-persistenced) and a timer stopped
+     (the GPU metrics collector's), spread over the two GPU nodes;
   3. site.yml --check --diff: each role that drifted says it would change something on that node, the other roles that
      keep a record say nothing, and every drift is still there afterwards;
   4. site.yml: every item reads as before the drift, the roles that drifted ran in full (each named its drift), the
@@ -24,7 +24,7 @@ from lab import ROOT, Stage, fresh_work
 WORK = ROOT / ".cache" / "drift"
 STAGE = Stage("drift-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
-RECORDED_ROLES = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda")
+RECORDED_ROLES = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda", "gpu_monitoring")
 NODES = ("sim-gpu1", "sim-gpu2")
 
 # (role, node, what drifts, the command that reads the item, the command that changes it)
@@ -46,6 +46,8 @@ DRIFTS = [
      "echo 'options nouveau modeset=1' > /etc/modprobe.d/dlinfra-blacklist-nouveau.conf"),
     ("nvidia_driver", "sim-gpu2", "a service's state", "systemctl is-enabled nvidia-persistenced",
      "systemctl disable -q nvidia-persistenced"),
+    ("gpu_monitoring", "sim-gpu1", "a timer's state", "systemctl is-active dlinfra-gpu-metrics.timer",
+     "systemctl stop dlinfra-gpu-metrics.timer"),
 ]
 RECORD = "/var/lib/dlinfra/converged/%s.json"
 CHECK_TASK = "Read whether the node still holds what the role's last full run left"

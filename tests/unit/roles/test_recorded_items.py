@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
-RECORDING = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda")
+RECORDING = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda", "gpu_monitoring")
 # module -> the argument naming what it writes
 WRITERS = {"ansible.builtin.template": "dest", "ansible.builtin.copy": "dest", "ansible.builtin.lineinfile": "path",
            "ansible.builtin.blockinfile": "path", "ansible.builtin.get_url": "dest", "ansible.builtin.file": "path",
@@ -40,6 +40,8 @@ NOT_RECORDED = {
     ("anaconda", "{{ anaconda_download_dir }}/environment-{{ item.name }}.yml"): "an upload conda env reads once",
     ("anaconda", "{{ __anaconda_installer_dest }}"): "the installer, a download run once",
     ("anaconda", "{{ item }}"): "anaconda_pkgs_dirs, conda's caches",
+    ("gpu_monitoring", "{{ gpu_monitoring_textfile_directory }}"):
+        "its entries change every interval (the collector's temporary file); node exporter's ARGS naming it is recorded",
 }
 
 
