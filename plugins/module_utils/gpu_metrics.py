@@ -10,8 +10,12 @@ Xid counts: from /dev/kmsg, each record counted once by its sequence number, whi
 so the counts are since boot even after the kernel's ring buffer wraps. A regular file given as the kernel log (a
 recorded dmesg, for tests and the lab) is read whole on every run instead.
 
-Stdlib only, Python 3.6 and later: the role copies this file, nvidia_smi.py, nvidia_generations.py and
-prometheus_text.py to the node under their collection path and runs main().
+Staging: with a staging index (written by the shard_staging role), each dataset's dlinfra_staging_* series from the
+engine's files in its dest; see staging_metrics.
+
+Stdlib only, Python 3.6 and later: the role copies this file, nvidia_smi.py, nvidia_generations.py,
+prometheus_text.py, staging_metrics.py and the staging engine modules it reads with to the node under their collection
+path and runs main().
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.prometheus_tex
     MetricFamily,
     render,
     write_atomically,
+)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.staging_metrics import (
+    DEFAULT_INDEX as DEFAULT_STAGING_INDEX,
+    collect_staging,
+    staging_families,
 )
 
 DEFAULT_COMMAND = "nvidia-smi -q -x"
@@ -271,9 +280,11 @@ def _add_gpu(families, gpu):
 
 
 def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys", procfs_root="/proc",
-            kernel_log=DEFAULT_KERNEL_LOG, state_file=DEFAULT_STATE_FILE):
-    """(metrics text, [problems]) for one run."""
+            kernel_log=DEFAULT_KERNEL_LOG, state_file=DEFAULT_STATE_FILE, staging_index=None):
+    """(metrics text, [problems]) for one run; staging_index: the shard_staging role's index of datasets (None or
+    '': no staging series)."""
     families, problems = _families(), []
+    families.update(staging_families())
     pci_gpus = scan_pci_devices(sysfs_root)[0]
     families["nvidia_gpus_on_pci"].add((), len(pci_gpus))
 
@@ -308,6 +319,7 @@ def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys",
     for key, count in sorted(counts.items(), key=lambda item: (int(item[0].split("|")[0]), item[0])):
         xid, bus_id = key.split("|", 1)
         families["nvidia_xid_events_total"].add((("xid", xid), ("pci_bus_id", bus_id)), count)
+    problems.extend(collect_staging(families, staging_index))
     return render(families.values()), problems
 
 
@@ -322,6 +334,8 @@ def main(argv=None):
     parser.add_argument("--kernel-log", default=DEFAULT_KERNEL_LOG,
                         help="where Xid reports are read: /dev/kmsg, or a file holding dmesg text; '' reads none")
     parser.add_argument("--state-file", default=DEFAULT_STATE_FILE, help="Xid counts kept per boot (default: %(default)s)")
+    parser.add_argument("--staging-index", default=DEFAULT_STAGING_INDEX,
+                        help="shard_staging's index of the node's datasets; '' reads none (default: %(default)s)")
     parser.add_argument("--sysfs-root", default="/sys")
     parser.add_argument("--procfs-root", default="/proc")
     options = parser.parse_args(argv)
@@ -329,7 +343,7 @@ def main(argv=None):
         parser.error("--timeout must be a positive number of seconds")
 
     text, problems = collect(options.command, options.timeout, options.sysfs_root, options.procfs_root,
-                             options.kernel_log, options.state_file)
+                             options.kernel_log, options.state_file, options.staging_index)
     for problem in problems:
         sys.stderr.write(problem + "\n")
     if not options.textfile_directory or options.textfile_directory == "-":

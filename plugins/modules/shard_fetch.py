@@ -21,8 +21,9 @@ description:
     confirms staged shards from one directory scan without reading them, and O(prune) only ever removes
     shards that this module staged. When O(shards_file) holds the same bytes as the last run that left every
     shard staged, the re-run compares the journal with the scan without parsing the list.
-  - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal), C(.shard_fetch.lock) and C(.shard_fetch.progress) in O(dest)
-    belong to this module.
+  - Names C(.NAME.part), C(.NAME.part.state), C(.shard_fetch.journal), C(.shard_fetch.lock), C(.shard_fetch.progress) and
+    C(.shard_fetch.last_run) in O(dest) belong to this module. C(.shard_fetch.last_run) records the last run's start, end,
+    result and shards held against listed, for the gpu_monitoring role's collector.
   - One failing shard does not stop the others; the task fails at the end listing every failed shard
     with its URL and the reason. Unusable O(dest) and too little free space fail before anything is fetched.
 version_added: 0.1.0

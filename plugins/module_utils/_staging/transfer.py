@@ -30,6 +30,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
     JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryScan, Journal, create_temp, cyclic_gc_paused, fsync_directory,
     nearest_existing, unlink_quietly)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.last_run import LastRun, held_and_planned
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.lock import DirectoryLock
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME
@@ -102,6 +103,8 @@ class _Run(FetchingMixin):
         self.active = []
         self.partials = {}
         self.needed = 0
+        # The record of this run for monitoring (see last_run), from the moment its shards are known.
+        self.last_run = None
 
     # -- preparation -----------------------------------------------------------------------------
 
@@ -229,6 +232,20 @@ class _Run(FetchingMixin):
         self.needed = needed
         return needed
 
+    # -- the run's record (see last_run) ---------------------------------------------------------
+
+    def start_last_run(self, started_wall):
+        if self.check_mode:
+            return
+        self.last_run = LastRun(self.dest, self.settings["progress_id"], started_wall)
+        self.last_run.start(held_and_planned(self.shards, self.journal))
+
+    def finish_last_run(self, succeeded):
+        record = self.last_run
+        record.finish(succeeded, held_and_planned(self.shards, self.journal), len(self.failed))
+        if record.error:
+            self.warnings.append(record.error)
+
     # -- failures and the journal (the transfers are workers.FetchingMixin's) --------------------
 
     def _record_failure(self, shard, reason):
@@ -347,12 +364,14 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     the run reports show their credentials as ``***``.
 
     While shards are transferred, a progress file in dest (see progress) that carries progress_id is rewritten at
-    most every progress_interval seconds (None: never) and removed when the run ends.
+    most every progress_interval seconds (None: never) and removed when the run ends. Once its shards are known, a run
+    (not in check mode) records its start, and then its end and result, in dest (see last_run).
 
     ``if_locked`` (wait | stop | fail, see lock) says what to do when an earlier run still stages into dest; the
     result's ``earlier_run`` says what it cost (None when there was none).
     """
     started = time.monotonic()
+    started_wall = time.time()
     _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
                     group_commit_bytes, commit_interval)
     if progress_interval is not None and progress_interval <= 0:
@@ -367,6 +386,7 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     lock = None if check_mode else DirectoryLock(dest, if_locked)
     listed = shards if isinstance(shards, ShardListFile) else None
     scan = run = None
+    succeeded = False
     try:
         # Where dest already exists, its scan starts first (under the lock) so its workers overlap the validation.
         if check_mode or lock.acquire(if_possible=True):
@@ -389,10 +409,14 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
         if scan is None:
             lock.acquire()
             scan = DirectoryScan(dest, 1)
-        result = _stage_locked(run, scan, verify, prune, started)
+        result = _stage_locked(run, scan, verify, prune, started, started_wall)
         result["earlier_run"] = lock.earlier if lock is not None else None
+        succeeded = not (result["failed_shards"] or result["errors"])
         return result
     finally:
+        # The record's end before the progress file goes: a reader never sees a live run without either.
+        if run is not None and run.last_run is not None:
+            run.finish_last_run(succeeded)
         if run is not None and run.progress is not None:
             run.progress.remove()
         if scan is not None:
@@ -411,10 +435,10 @@ def _set_up_peers(run, settings):
                                 settings["downstream"], settings["linger"])
 
 
-def _stage_locked(run, scan, verify, prune, started):
+def _stage_locked(run, scan, verify, prune, started, started_wall):
     result = None
     try:
-        result = _stage_serving(run, scan, verify, prune, started)
+        result = _stage_serving(run, scan, verify, prune, started, started_wall)
         return result
     finally:
         # The nodes this one took shards from are told it is done, so they stop serving as soon as nobody needs them.
@@ -431,7 +455,7 @@ def _stage_locked(run, scan, verify, prune, started):
                 result["peers"].update(served_bytes=server.served_bytes, not_done=not_done)
 
 
-def _stage_serving(run, scan, verify, prune, started):
+def _stage_serving(run, scan, verify, prune, started, started_wall):
     with cyclic_gc_paused():
         run.load_journal()
         files, states = scan.collect()
@@ -446,6 +470,7 @@ def _stage_serving(run, scan, verify, prune, started):
             if run.shards is None:
                 run.read_list()
             tasks = run.plan(files, verify)
+        run.start_last_run(started_wall)
     run.check_space(tasks, partials)
     if run.server is not None:
         try:

@@ -55,7 +55,8 @@ def test_stages_inline_shards_and_is_idempotent(tmp_path, capsys, monkeypatch, s
     assert first["changed"] is True
     assert (first["fetched"], first["confirmed"], first["failed_shards"]) == (3, 0, [])
     assert sorted(first["fetched_names"]) == [shard["name"] for shard in source]
-    assert sorted(os.listdir(dest)) == [".shard_fetch.journal", ".shard_fetch.lock"] + [shard["name"] for shard in source]
+    assert sorted(os.listdir(dest)) == [".shard_fetch.journal", ".shard_fetch.last_run", ".shard_fetch.lock"] + [
+        shard["name"] for shard in source]
 
     second = run_module(capsys, monkeypatch, dict(dest=str(dest), shards=source))
     assert second["changed"] is False
@@ -123,7 +124,8 @@ def test_not_enough_space_fails_before_fetching(tmp_path, capsys, monkeypatch, s
     result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source + [huge]))
     assert result["failed"] is True
     assert "not enough free space for %s" % (tmp_path / "dest") in result["msg"]
-    assert os.listdir(tmp_path / "dest") == [".shard_fetch.lock"]
+    # Nothing is fetched; the run's record says it failed (the monitoring's staging alert).
+    assert sorted(os.listdir(tmp_path / "dest")) == [".shard_fetch.last_run", ".shard_fetch.lock"]
 
 
 def test_module_file_runs_as_a_program_with_an_args_file(tmp_path, source):

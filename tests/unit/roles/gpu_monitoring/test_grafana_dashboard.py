@@ -19,7 +19,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import gpu_metrics
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import gpu_metrics, staging_metrics
 from test_alert_rules import promtool  # noqa: F401 pylint: disable=unused-import  # the fixture, shared
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -183,6 +183,20 @@ def test_the_panels_the_issue_asks_for_read_their_series():
         assert name in read, name
 
 
+def test_the_staging_row_shows_held_vs_planned_the_last_result_and_throughput():
+    (row,) = [panel for panel in panels() if panel["type"] == "row" and panel["title"] == "Staging"]
+    below = [panel for panel in panels() if panel["type"] != "row" and panel["gridPos"]["y"] > row["gridPos"]["y"]]
+    exprs = {panel["title"]: [target["expr"] for target in panel["targets"]] for panel in below}
+    read = {title: set().union(*map(series_names, found)) for title, found in exprs.items()}
+    assert read == {"Staged share of the plan, per dataset and node": {"dlinfra_staging_shards"},
+                    "Last staging run, per dataset and node": {"dlinfra_staging_last_run_result"},
+                    "Staging throughput": {"dlinfra_staging_transferred_bytes_total"}}
+    (share,) = exprs["Staged share of the plan, per dataset and node"]
+    assert 'state="held"' in share and 'state="planned"' in share and "ignoring (state)" in share
+    (throughput,) = exprs["Staging throughput"]
+    assert throughput.startswith("sum by (node, dataset) (rate(")  # a counter: its rate is the bytes per second
+
+
 @pytest.mark.parametrize("expr, expected", [
     ('sum by (xid) (increase(nvidia_xid_events_total{node=~"$node"}[$__range]))', {"nvidia_xid_events_total"}),
     ('count(ALERTS{alertstate="firing"}) or vector(0)', {"ALERTS"}),
@@ -194,7 +208,7 @@ def test_series_names_finds_the_series_of_an_expression(expr, expected):
 
 
 def test_queries_read_only_series_the_collector_node_exporter_or_prometheus_write():
-    written = set(gpu_metrics._families()) | OTHER_SERIES  # pylint: disable=protected-access
+    written = set(gpu_metrics._families()) | set(staging_metrics.staging_families()) | OTHER_SERIES  # pylint: disable=protected-access
     unknown = {where: sorted(series_names(expr) - written) for where, expr in expressions()}
     assert {where: names for where, names in unknown.items() if names} == {}
     assert all(series_names(expr) for _where, expr in expressions())

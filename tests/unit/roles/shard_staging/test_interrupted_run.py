@@ -77,7 +77,8 @@ def test_a_killed_play_leaves_its_fetch_running_and_the_next_play_waits_for_it_t
     dest = tmp_path / "n0" / "ds"
     (tmp_path / "hosts.yml").write_text(
         "stage_targets:\n  hosts:\n    n0: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
-        "shard_staging_root: %s/n0, shard_staging_poll_interval: 1, shard_staging_progress_interval: 1}\n" % tmp_path)
+        "shard_staging_root: %s/n0, "
+        "shard_staging_index: '{{ shard_staging_root }}/datasets.json', shard_staging_poll_interval: 1, shard_staging_progress_interval: 1}\n" % tmp_path)
     (tmp_path / "play.yml").write_text(PLAYBOOK % {"base": "http://127.0.0.1:%d" % server.server_address[1], "index": index})
     first = second = None
     try:

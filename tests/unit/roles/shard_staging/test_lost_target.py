@@ -24,6 +24,7 @@ PLAYBOOK = """
 def run(tmp_path):
     # Three nodes on one machine: each serves its peers on its own port of 127.0.0.1.
     hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', shard_staging_root: %s/n%d, "
+                    "shard_staging_index: '{{ shard_staging_root }}/datasets.json', "
                     "shard_staging_peer_address: 127.0.0.1, shard_staging_peer_port: %d, shard_staging_poll_interval: 1}\n"
                     % (i, tmp_path, i, port) for i, port in enumerate(free_ports(3)))
     (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)

@@ -14,6 +14,8 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.staging_metrics import collect_staging, staging_families
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 SECRET = "Pl4y-s3cret-%d" % os.getpid()
 PLAYBOOK = """
@@ -84,7 +86,9 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
     source = base.replace("http://", "http://reader:%s@" % SECRET) + "/p-{00..05}.tar"
     (tmp_path / "play.yml").write_text(PLAYBOOK % {"source": source, "index": tmp_path / "index.json"})
     hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
-                    "shard_staging_root: %s/n%d, shard_staging_poll_interval: 1, shard_staging_retries: 0}\n" % (i, tmp_path, i)
+                    "shard_staging_root: %s/n%d, "
+                    "shard_staging_index: '{{ shard_staging_root }}/datasets.json', "
+                    "shard_staging_poll_interval: 1, shard_staging_retries: 0}\n" % (i, tmp_path, i)
                     for i in range(2))
     (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"))
@@ -101,6 +105,15 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
     assert SECRET not in output
     staged = sorted(name for node in ("n0", "n1") for name in os.listdir(tmp_path / node / "ds") if name.startswith("p-"))
     assert staged == ["p-00.tar", "p-01.tar", "p-02.tar", "p-04.tar", "p-05.tar"]
+    # What monitoring (gpu_monitoring's collector) reads from the index the role wrote: the node that met the 404 failed.
+    results = {}
+    for node in ("n0", "n1"):
+        families = staging_families()
+        assert collect_staging(families, str(tmp_path / node / "datasets.json")) == []
+        (result,) = [dict(labels)["result"] for labels, value in families["dlinfra_staging_last_run_result"].samples if value]
+        results[node] = result
+        assert [value for _labels, value in families["dlinfra_staging_up"].samples] == [True]
+    assert sorted(results.values()) == ["failed", "succeeded"]
     assert _holding(tmp_path / "n0", SECRET) == [] and _holding(tmp_path / "n1", SECRET) == []
     assert _holding(tmp_path / ".shard_staging", SECRET) == []  # the plan and the lists, beside the inventory
     assert server.authorizations and set(server.authorizations) == {server.expected}

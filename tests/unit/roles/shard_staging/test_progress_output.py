@@ -131,7 +131,8 @@ def test_a_slow_store_shows_growing_progress_with_an_eta_then_a_summary(tmp_path
     base = "http://127.0.0.1:%d" % server.server_address[1]
     (tmp_path / "play.yml").write_text(PLAYBOOK % {"base": base, "index": tmp_path / "SHA256SUMS"})
     hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
-                    "shard_staging_root: %s/n%d, shard_staging_concurrency: 1, shard_staging_poll_interval: %d, "
+                    "shard_staging_root: %s/n%d, "
+                    "shard_staging_index: '{{ shard_staging_root }}/datasets.json', shard_staging_concurrency: 1, shard_staging_poll_interval: %d, "
                     "shard_staging_progress_interval: %d}\n" % (i, tmp_path, i, POLL, INTERVAL) for i in range(2))
     (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)
     (tmp_path / "tmp").mkdir()

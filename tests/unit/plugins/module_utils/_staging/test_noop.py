@@ -87,7 +87,7 @@ def test_any_difference_in_dest_falls_back_to_the_full_plan(staged, list_reads, 
     fixed = 0 if change in ("partial left", "stray state file") else 1
     assert (result["fetched"] + result["verified"], result["confirmed"], result["failed_shards"]) == (fixed, 3 - fixed + result["verified"], [])
     assert_staged(dest, contents)
-    assert sorted(os.listdir(dest)) == [JOURNAL_NAME, ".shard_fetch.lock", "a.tar", "b.tar", "c.tar"]
+    assert sorted(os.listdir(dest)) == [JOURNAL_NAME, ".shard_fetch.last_run", ".shard_fetch.lock", "a.tar", "b.tar", "c.tar"]
     assert journal_of(dest)["complete_for"] == ShardListFile(str(list_file)).digest
 
 
