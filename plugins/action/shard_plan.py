@@ -344,6 +344,7 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     return {
         "changed": changed,
         "mode": plan["mode"],
+        "headroom": plan["headroom"],
         "transfer": plan["transfer"],
         "peer_lists": peer_lists,
         "summary": plan["summary"],

@@ -73,6 +73,7 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
     planned = plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)
     plan = json.loads((new_dir / "ds.plan.json").read_text())
     assert plan["mode"] == settings["mode"]
+    assert planned["headroom"] == 0.0  # the plan's, for the node's dataset index (gpu_monitoring's headroom series)
     # The files as the action wrote them before, one pass over the plan for each node: the same names, the same bytes.
     # Each entry names the rank that reads it (one rank per node here: all 0).
     by_record = {record["name"]: dict(record, rank=0) for record in shards}
@@ -208,6 +209,7 @@ def test_plan_is_written_once_then_unchanged(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     plan = json.loads((tmp_path / "plans" / "ds.plan.json").read_text())
     assert first["changed"] is True and plan["mode"] == "partition"
+    assert first["datasets"]["ds"]["headroom"] == plan["headroom"] == 0.05  # a dataset that sets none: the default
     assert all(len(set(nodes)) == 2 for nodes in plan["assignment"].values())
     lists = first["datasets"]["ds"]["lists"]
     held = [json.loads(pathlib.Path(lists[host]).read_text()) for host in ("n0", "n1", "n2")]
