@@ -319,7 +319,7 @@ def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys",
     for key, count in sorted(counts.items(), key=lambda item: (int(item[0].split("|")[0]), item[0])):
         xid, bus_id = key.split("|", 1)
         families["nvidia_xid_events_total"].add((("xid", xid), ("pci_bus_id", bus_id)), count)
-    problems.extend(collect_staging(families, staging_index))
+    problems.extend(collect_staging(families, staging_index, procfs_root))
     return render(families.values()), problems
 
 

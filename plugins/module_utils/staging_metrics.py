@@ -14,6 +14,12 @@ blocking (a FIFO planted in dest must not hang the collector), and read only up 
 missing, half-written or of another format costs that dataset's series only: dlinfra_staging_up is 0 for it and the
 problem goes to stderr (the unit's journal), as nvidia_smi_up does for nvidia-smi.
 
+The room the plan keeps: an index entry that gives the dataset's headroom (the fraction of the dest filesystem its plan
+keeps free) and the node's reserve bytes has dlinfra_staging_headroom_bytes, the free bytes the plan counts on:
+ceil(headroom x the filesystem's size) + reserve, as the planner (plugin_utils/shard_placement.node_capacity) works it
+out. Its label mountpoint names the filesystem as node exporter does (init's mount table, so not the unit's own
+mounts), for an alert on node_filesystem_avail_bytes below it.
+
 Stdlib only: the gpu_monitoring role copies this file and the engine modules it imports to the node.
 """
 
@@ -21,9 +27,12 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import re
 import stat
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import nearest_existing
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.last_run import (
     LAST_RUN_NAME,
     parse_last_run,
@@ -50,7 +59,8 @@ def staging_families():
         ("dlinfra_staging_index_up", "gauge",
          "1 when shard_staging's index of the node's datasets was read and every entry in it was usable, else 0."),
         ("dlinfra_staging_up", "gauge",
-         "1 when the dataset's staging files (run record, progress) could be read or are not there yet, else 0."),
+         "1 when the dataset's staging files (run record, progress) could be read or are not there yet, and its dest "
+         "filesystem measured, else 0."),
         ("dlinfra_staging_shards", "gauge",
          "Shards of the dataset's last run list: planned for this node, and held (staged and journaled) at its start or end."),
         ("dlinfra_staging_bytes", "gauge", "Bytes of those shards, planned and held."),
@@ -61,6 +71,9 @@ def staging_families():
         ("dlinfra_staging_last_run_failed_shards", "gauge", "Shards the dataset's last staging run could not stage."),
         ("dlinfra_staging_transferred_bytes_total", "counter",
          "Bytes the running staging run has received so far (its own, from 0 at its start); rate() is its throughput."),
+        ("dlinfra_staging_headroom_bytes", "gauge",
+         "Free bytes the dataset's plan keeps on its dest filesystem (mountpoint): its headroom of the filesystem's "
+         "size plus the node's shard_staging_reserve_bytes."),
     )
     return {name: MetricFamily(name, kind, text) for name, kind, text in specs}
 
@@ -90,8 +103,18 @@ def read_small_file(path):
     return data.decode("utf-8", errors="replace"), None
 
 
+def _room(entry):
+    """(headroom, reserve_bytes) of an index entry, or None where it gives no usable pair (an index written before
+    shard_staging recorded them)."""
+    headroom, reserve = entry.get("headroom"), entry.get("reserve_bytes", 0)
+    numbers = (isinstance(headroom, (int, float)) and not isinstance(headroom, bool)
+               and isinstance(reserve, int) and not isinstance(reserve, bool))
+    return (float(headroom), reserve) if numbers and 0 <= headroom < 1 and reserve >= 0 else None
+
+
 def load_index(path):
-    """([(name, dest)], None); ([], None) when there is no index; (the usable entries, why) when it is not all usable."""
+    """([(name, dest, room)], None), room as _room gives it; ([], None) when there is no index; (the usable entries,
+    why) when it is not all usable."""
     text, problem = read_small_file(path) if path else (None, None)
     if text is None:
         return [], problem
@@ -105,12 +128,52 @@ def load_index(path):
     for entry in index["datasets"]:
         name, dest = (entry.get("name"), entry.get("dest")) if isinstance(entry, dict) else (None, None)
         if isinstance(name, str) and name and name not in seen and isinstance(dest, str) and os.path.isabs(dest):
-            datasets.append((name, dest))
+            datasets.append((name, dest, _room(entry)))
             seen.add(name)
         else:
             bad += 1
     return datasets, ("%s: %d entries without a name of their own and an absolute dest were skipped" % (path, bad)
                       if bad else None)
+
+
+def _unescape(field):
+    """A mountinfo path field: the kernel writes space, tab, newline and backslash as octal escapes (\\040...)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def mount_points(procfs_root="/proc"):
+    """The mount points of init's mount table (node exporter's view), else this process's; (points, why)."""
+    why = None
+    for pid in ("1", "self"):
+        path = os.path.join(procfs_root, pid, "mountinfo")
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return [_unescape(line.split()[4]) for line in handle if len(line.split()) > 4], None
+        except OSError as error:
+            why = why or "could not read %s (%s)" % (path, error.strerror or error)
+    return [], why
+
+
+def mount_point_of(path, points):
+    """The longest of points that holds path (both absolute and resolved), or None."""
+    held = [point for point in points if path == point or path.startswith(point.rstrip("/") + "/")]
+    return max(held, key=len) if held else None
+
+
+def _headroom(families, labels, dest, room, points):
+    """Add the dataset's dlinfra_staging_headroom_bytes; return a problem or None."""
+    measured = os.path.realpath(nearest_existing(dest))
+    try:
+        stats = os.statvfs(measured)
+    except OSError as error:
+        return "cannot measure the filesystem of %s at %s (%s); check the mount" % (dest, measured, error.strerror or error)
+    mountpoint = mount_point_of(measured, points)
+    if mountpoint is None:
+        return "no mount in the mount table holds %s" % measured
+    headroom, reserve = room
+    families["dlinfra_staging_headroom_bytes"].add(
+        labels + (("mountpoint", mountpoint),), math.ceil(headroom * stats.f_blocks * stats.f_frsize) + reserve)
+    return None
 
 
 def _dataset(families, name, dest):
@@ -151,16 +214,21 @@ def _dataset(families, name, dest):
             done = progress.get("bytes_done")
             if isinstance(done, (int, float)) and not isinstance(done, bool) and done >= 0:
                 families["dlinfra_staging_transferred_bytes_total"].add(labels, done)
-    families["dlinfra_staging_up"].add(labels, not problems)
     return problems
 
 
-def collect_staging(families, index_path):
+def collect_staging(families, index_path, procfs_root="/proc"):
     """Add the staging series of every dataset in the index at index_path to families; return the problems."""
     datasets, problem = load_index(index_path)
     problems = [problem] if problem else []
     if index_path and (datasets or problem or os.path.exists(index_path)):
         families["dlinfra_staging_index_up"].add((), not problem)
-    for name, dest in datasets:
-        problems.extend("dataset %s: %s" % (name, text) for text in _dataset(families, name, dest))
+    points, points_problem = mount_points(procfs_root) if any(room for _name, _dest, room in datasets) else ([], None)
+    for name, dest, room in datasets:
+        found = _dataset(families, name, dest)
+        if room:
+            found.append(points_problem or _headroom(families, (("dataset", name),), dest, room, points))
+        found = [text for text in found if text]
+        families["dlinfra_staging_up"].add((("dataset", name),), not found)
+        problems.extend("dataset %s: %s" % (name, text) for text in found)
     return problems

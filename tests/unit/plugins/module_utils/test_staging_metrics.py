@@ -8,6 +8,7 @@ check and, where it is at hand, promtool check metrics."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -225,7 +226,85 @@ def test_no_index_configured_writes_no_staging_series(tmp_path):
 def test_the_series_names_are_the_documented_ones():
     """Names the alert rules and the dashboard use: a rename is a breaking change, so it shows here."""
     assert sorted(staging_metrics.staging_families()) == [
-        "dlinfra_staging_bytes", "dlinfra_staging_index_up", "dlinfra_staging_last_run_end_timestamp_seconds",
+        "dlinfra_staging_bytes", "dlinfra_staging_headroom_bytes", "dlinfra_staging_index_up",
+        "dlinfra_staging_last_run_end_timestamp_seconds",
         "dlinfra_staging_last_run_failed_shards", "dlinfra_staging_last_run_result",
         "dlinfra_staging_last_run_start_timestamp_seconds", "dlinfra_staging_shards",
         "dlinfra_staging_transferred_bytes_total", "dlinfra_staging_up"]
+
+
+# ---- the room the plan keeps free: dlinfra_staging_headroom_bytes ----------------------------------------------------
+
+def mountinfo(*points):
+    """A /proc/PID/mountinfo with one line per mount point (escaped as the kernel writes it)."""
+    return "".join("%d 1 0:%d / %s rw,relatime - ext4 /dev/sd%d rw\n" % (20 + n, n, point, n) for n, point in enumerate(points))
+
+
+def write_room_index(tmp_path, **entry):
+    path = tmp_path / "datasets.json"
+    path.write_text(json.dumps({"version": 1, "datasets": [dict({"name": "ds", "dest": str(tmp_path / "srv" / "ds")}, **entry)]}))
+    return path
+
+
+def fake_proc(tmp_path, tables):
+    for pid, text in tables.items():
+        (tmp_path / "proc" / pid).mkdir(parents=True)
+        (tmp_path / "proc" / pid / "mountinfo").write_text(text)
+
+
+def scrape_room(tmp_path, index):
+    text, problems = collect(command="false", sysfs_root=str(tmp_path / "sys"), procfs_root=str(tmp_path / "proc"),
+                             kernel_log="", state_file="", staging_index=str(index))
+    return parse_exposition(text), problems
+
+
+@pytest.mark.parametrize("tables, mountpoint", [
+    # init's table wins over the unit's own (PrivateTmp, ProtectHome add mounts node exporter does not see)
+    ({"1": mountinfo("/", "{srv}"), "self": mountinfo("/", "{srv}/ds")}, "{srv}"),
+    ({"1": mountinfo("/", "{srv}x", "{srv}")}, "{srv}"),  # the longest mount that holds dest, not a name prefix
+    ({"1": mountinfo("/", "{tmp}/a\\040b")}, "/"),  # \040: a space in another mount's name
+    ({"self": mountinfo("/")}, "/"),  # no init's table to read: this process's
+])
+def test_headroom_bytes_of_a_dest_not_made_yet_on_its_mount(tmp_path, tables, mountpoint):
+    (tmp_path / "srv").mkdir()
+    srv, top = os.path.realpath(tmp_path / "srv"), os.path.realpath(tmp_path)
+    fake_proc(tmp_path, {pid: text.format(srv=srv, tmp=top) for pid, text in tables.items()})
+    families, problems = scrape_room(tmp_path, write_room_index(tmp_path, headroom=0.1, reserve_bytes=1000))
+
+    stats = os.statvfs(tmp_path / "srv")  # dest (srv/ds) is not there yet: its filesystem is srv's
+    assert [text for text in problems if "dataset" in text] == []
+    assert one(families, "dlinfra_staging_headroom_bytes", dataset="ds", mountpoint=mountpoint.format(srv=srv)) == (
+        math.ceil(0.1 * stats.f_blocks * stats.f_frsize) + 1000)
+    assert one(families, "dlinfra_staging_up", dataset="ds") == 1
+
+
+def test_a_space_in_the_mount_point_is_unescaped(tmp_path):
+    spaced = tmp_path / "a b"
+    spaced.mkdir()
+    fake_proc(tmp_path, {"1": mountinfo("/", os.path.realpath(spaced).replace(" ", "\\040"))})
+    index = tmp_path / "datasets.json"
+    index.write_text(json.dumps({"version": 1, "datasets": [{"name": "ds", "dest": str(spaced), "headroom": 0.05}]}))
+    families, _problems = scrape_room(tmp_path, index)
+    assert len(samples(families, "dlinfra_staging_headroom_bytes", mountpoint=os.path.realpath(spaced))) == 1
+
+
+@pytest.mark.parametrize("entry", [
+    {},  # an index written before shard_staging recorded the plan's headroom
+    {"headroom": 1.0}, {"headroom": -0.1}, {"headroom": "0.05"}, {"headroom": True},
+    {"headroom": 0.05, "reserve_bytes": -1}, {"headroom": 0.05, "reserve_bytes": "1G"},
+    {"headroom": 0.05, "reserve_bytes": 1.5}, {"headroom": 0.05, "reserve_bytes": float("inf")},
+    {"headroom": float("nan")},
+])
+def test_no_headroom_series_without_a_usable_headroom(tmp_path, entry):
+    families, problems = scrape_room(tmp_path, write_room_index(tmp_path, **entry))
+    assert samples(families, "dlinfra_staging_headroom_bytes") == []
+    assert [text for text in problems if "dataset" in text] == []
+    assert one(families, "dlinfra_staging_up", dataset="ds") == 1
+
+
+def test_an_unreadable_mount_table_costs_the_headroom_and_says_so(tmp_path):
+    families, problems = scrape_room(tmp_path, write_room_index(tmp_path, headroom=0.05))
+    assert samples(families, "dlinfra_staging_headroom_bytes") == []
+    assert one(families, "dlinfra_staging_up", dataset="ds") == 0
+    (problem,) = [text for text in problems if "dataset ds" in text]
+    assert "could not read %s" % (tmp_path / "proc" / "1" / "mountinfo") in problem

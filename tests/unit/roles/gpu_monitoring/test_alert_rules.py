@@ -27,14 +27,15 @@ ROOT = pathlib.Path(__file__).resolve().parents[4]
 RULES = ROOT / "roles" / "gpu_monitoring" / "files" / "prometheus" / "dlinfra-gpu.rules.yml"
 UNIT_TESTS = pathlib.Path(__file__).with_name("alert_rules_test.yml")
 ENSURE_PROMTOOL = ROOT / "tests" / "harness" / "ensure-promtool.sh"
-# Series from elsewhere than the collector: Prometheus' own per target.
-OTHER_SERIES = {"up"}
+# Series from elsewhere than the collector: Prometheus' own per target, node exporter's free bytes per filesystem.
+OTHER_SERIES = {"up", "node_filesystem_avail_bytes"}
 # The labels the collector and the scrape give the series the alerts read.
 KNOWN_LABELS = {"instance", "job", "gpu", "uuid", "model", "pci_bus_id", "xid", "type", "reason", "cause", "dataset",
-                "result", "state"}
+                "result", "state", "mountpoint"}
 # Check ids of validate that are not GPU checks: monitoring.up is issue 35's item 6; a staging alert names the dataset
-# check (validate_checks.dataset_checks: dataset.NAME.placement) of the dataset in its labels.
-OTHER_CHECKS = {"monitoring.up", "dataset.{{ $labels.dataset }}.placement"}
+# check (validate_checks.dataset_checks: dataset.NAME.placement) of the dataset in its labels, or the staging
+# filesystem's free space (validate_checks.storage_checks: storage.free_space).
+OTHER_CHECKS = {"monitoring.up", "dataset.{{ $labels.dataset }}.placement", "storage.free_space"}
 WRITTEN = set(gpu_metrics._families()) | set(staging_metrics.staging_families())  # pylint: disable=protected-access
 
 

@@ -7,6 +7,7 @@ shard only, the store received the Authorization header on every request, and th
 import base64
 import hashlib
 import json
+import math
 import os
 import pathlib
 import subprocess
@@ -113,6 +114,11 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
         (result,) = [dict(labels)["result"] for labels, value in families["dlinfra_staging_last_run_result"].samples if value]
         results[node] = result
         assert [value for _labels, value in families["dlinfra_staging_up"].samples] == [True]
+        # The free bytes the plan keeps (the default headroom, 0.05 of the filesystem; no reserve), on dest's mount.
+        stats = os.statvfs(tmp_path / node / "ds")
+        ((labels, headroom),) = [(dict(labels), value) for labels, value in families["dlinfra_staging_headroom_bytes"].samples]
+        assert headroom == math.ceil(0.05 * stats.f_blocks * stats.f_frsize)
+        assert (os.path.realpath(tmp_path / node / "ds") + "/").startswith(labels["mountpoint"].rstrip("/") + "/"), labels
     assert sorted(results.values()) == ["failed", "succeeded"]
     assert _holding(tmp_path / "n0", SECRET) == [] and _holding(tmp_path / "n1", SECRET) == []
     assert _holding(tmp_path / ".shard_staging", SECRET) == []  # the plan and the lists, beside the inventory
