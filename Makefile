@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Everything else is a step of theirs.
 PYTHON ?= python3
 
-.PHONY: test demo bundle demo-down venv docker images unit lint sanity molecule bench bench-peer bench-fleet
+.PHONY: test demo bundle demo-down venv docker images unit lint sanity molecule bench bench-peer bench-fleet bench-monitoring
 
 test:  ## every check, in order, with each stage's time (what CI runs)
 	@$(PYTHON) tests/harness/run_stages.py
@@ -45,6 +45,9 @@ bench: venv  ## the full staging benchmark (~20 min, ~9 GiB free disk and ~5 GiB
 
 bench-peer: venv images  ## peer-assisted staging: 1, 2 and 4 nodes in containers, direct vs peer-assisted (~4 min)
 	@.venv/bin/python benchmarks/peer/run.py --json benchmarks/peer/results/full.json
+
+bench-monitoring: venv  ## gpu_monitoring's collector CPU and RSS, node exporter's RSS, Prometheus with 1,000 nodes (~15 s)
+	@.venv/bin/python benchmarks/monitoring/run.py --json benchmarks/monitoring/results/monitoring.json
 
 bench-fleet: venv  ## a no-op site.yml on the lab of make demo: controller CPU and tasks per converged node (~10 min)
 	@.venv/bin/python benchmarks/fleet/run.py --json benchmarks/fleet/results/fleet.json
