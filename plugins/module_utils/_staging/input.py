@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The shard list a run is given: loading it from a file, and checking every shard before anything is changed."""
+"""What a run is given, checked before anything is changed: its settings, and its shard list (loaded from a file, and
+every shard checked)."""
 
 import hashlib
 import itertools
@@ -14,6 +15,7 @@ MAX_NAME_BYTES = 255 - len("." + STATE_SUFFIX)
 _URL_PREFIXES = ("http://", "https://", "file://")
 _SHARD_KEYS = frozenset(("name", "url", "size", "sha256", "samples", "rank"))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+VERIFY_CHOICES = ("quick", "full")
 
 
 class Shard(object):
@@ -186,3 +188,25 @@ def normalize_shards(raw_shards, max_problems=20):
         listed = "; ".join(problems[:max_problems]) + ("; and %d more" % more if more > 0 else "")
         raise StagingError("invalid shard list: %s" % listed)
     return shards
+
+
+def check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
+                   group_commit_bytes, commit_interval):
+    problems = []
+    if not isinstance(concurrency, int) or not 1 <= concurrency <= 256:
+        problems.append("concurrency must be between 1 and 256, got %r" % (concurrency,))
+    if not isinstance(retries, int) or retries < 0:
+        problems.append("retries must be 0 or more, got %r" % (retries,))
+    if not timeout or timeout <= 0:
+        problems.append("timeout must be a positive number of seconds, got %r" % (timeout,))
+    if bandwidth_limit is not None and bandwidth_limit <= 0:
+        problems.append("bandwidth_limit must be a positive number of bytes per second (or unset), got %r" % (bandwidth_limit,))
+    if verify not in VERIFY_CHOICES:
+        problems.append("verify must be one of %s, got %r" % (", ".join(VERIFY_CHOICES), verify))
+    if backoff < 0 or journal_interval <= 0 or checkpoint_bytes <= 0 or buffer_size < 4096:
+        problems.append("backoff must be >= 0, journal_interval and checkpoint_bytes > 0, buffer_size >= 4096")
+    if not isinstance(group_commit_bytes, int) or group_commit_bytes < 0 or not commit_interval or commit_interval <= 0:
+        problems.append("group_commit_bytes must be >= 0 (0: fsync every shard alone) and commit_interval > 0, got %r and %r"
+                        % (group_commit_bytes, commit_interval))
+    if problems:
+        raise StagingError("; ".join(problems))

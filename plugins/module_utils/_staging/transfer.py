@@ -26,7 +26,8 @@ import time
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.fetcher import SOURCE_ACCESS_KEYS, Transfer
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import (
+    ShardListFile, check_settings, normalize_shards)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import (
     JOURNAL_NAME, PART_SUFFIX, SCAN_WORKERS, STATE_SUFFIX, DirectoryScan, Journal, create_temp, cyclic_gc_paused, fsync_directory,
     nearest_existing, unlink_quietly)
@@ -38,7 +39,6 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.worke
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 MIB = 1 << 20
-VERIFY_CHOICES = ("quick", "full")
 
 
 def _human(nbytes):
@@ -48,28 +48,6 @@ def _human(nbytes):
             return "%.1f %s" % (value, unit) if unit != "B" else "%d B" % nbytes
         value /= 1024
     return "%d B" % nbytes
-
-
-def _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
-                    group_commit_bytes, commit_interval):
-    problems = []
-    if not isinstance(concurrency, int) or not 1 <= concurrency <= 256:
-        problems.append("concurrency must be between 1 and 256, got %r" % (concurrency,))
-    if not isinstance(retries, int) or retries < 0:
-        problems.append("retries must be 0 or more, got %r" % (retries,))
-    if not timeout or timeout <= 0:
-        problems.append("timeout must be a positive number of seconds, got %r" % (timeout,))
-    if bandwidth_limit is not None and bandwidth_limit <= 0:
-        problems.append("bandwidth_limit must be a positive number of bytes per second (or unset), got %r" % (bandwidth_limit,))
-    if verify not in VERIFY_CHOICES:
-        problems.append("verify must be one of %s, got %r" % (", ".join(VERIFY_CHOICES), verify))
-    if backoff < 0 or journal_interval <= 0 or checkpoint_bytes <= 0 or buffer_size < 4096:
-        problems.append("backoff must be >= 0, journal_interval and checkpoint_bytes > 0, buffer_size >= 4096")
-    if not isinstance(group_commit_bytes, int) or group_commit_bytes < 0 or not commit_interval or commit_interval <= 0:
-        problems.append("group_commit_bytes must be >= 0 (0: fsync every shard alone) and commit_interval > 0, got %r and %r"
-                        % (group_commit_bytes, commit_interval))
-    if problems:
-        raise StagingError("; ".join(problems))
 
 
 class _Run(FetchingMixin):
@@ -105,6 +83,7 @@ class _Run(FetchingMixin):
         self.needed = 0
         # The record of this run for monitoring (see last_run), from the moment its shards are known.
         self.last_run = None
+        self.started_wall = time.time()
 
     # -- preparation -----------------------------------------------------------------------------
 
@@ -234,10 +213,10 @@ class _Run(FetchingMixin):
 
     # -- the run's record (see last_run) ---------------------------------------------------------
 
-    def start_last_run(self, started_wall):
+    def start_last_run(self):
         if self.check_mode:
             return
-        self.last_run = LastRun(self.dest, self.settings["progress_id"], started_wall)
+        self.last_run = LastRun(self.dest, self.settings["progress_id"], self.started_wall)
         self.last_run.start(held_and_planned(self.shards, self.journal))
 
     def finish_last_run(self, succeeded):
@@ -371,9 +350,8 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
     result's ``earlier_run`` says what it cost (None when there was none).
     """
     started = time.monotonic()
-    started_wall = time.time()
-    _check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
-                    group_commit_bytes, commit_interval)
+    check_settings(concurrency, retries, timeout, bandwidth_limit, verify, backoff, journal_interval, checkpoint_bytes, buffer_size,
+                   group_commit_bytes, commit_interval)
     if progress_interval is not None and progress_interval <= 0:
         raise StagingError("progress_interval must be a positive number of seconds (or unset), got %r" % (progress_interval,))
     dest = os.path.abspath(dest)
@@ -409,7 +387,7 @@ def stage(shards, dest, concurrency=8, retries=5, timeout=60.0, bandwidth_limit=
         if scan is None:
             lock.acquire()
             scan = DirectoryScan(dest, 1)
-        result = _stage_locked(run, scan, verify, prune, started, started_wall)
+        result = _stage_locked(run, scan, verify, prune, started)
         result["earlier_run"] = lock.earlier if lock is not None else None
         succeeded = not (result["failed_shards"] or result["errors"])
         return result
@@ -435,10 +413,10 @@ def _set_up_peers(run, settings):
                                 settings["downstream"], settings["linger"])
 
 
-def _stage_locked(run, scan, verify, prune, started, started_wall):
+def _stage_locked(run, scan, verify, prune, started):
     result = None
     try:
-        result = _stage_serving(run, scan, verify, prune, started, started_wall)
+        result = _stage_serving(run, scan, verify, prune, started)
         return result
     finally:
         # The nodes this one took shards from are told it is done, so they stop serving as soon as nobody needs them.
@@ -455,7 +433,7 @@ def _stage_locked(run, scan, verify, prune, started, started_wall):
                 result["peers"].update(served_bytes=server.served_bytes, not_done=not_done)
 
 
-def _stage_serving(run, scan, verify, prune, started, started_wall):
+def _stage_serving(run, scan, verify, prune, started):
     with cyclic_gc_paused():
         run.load_journal()
         files, states = scan.collect()
@@ -470,7 +448,7 @@ def _stage_serving(run, scan, verify, prune, started, started_wall):
             if run.shards is None:
                 run.read_list()
             tasks = run.plan(files, verify)
-        run.start_last_run(started_wall)
+        run.start_last_run()
     run.check_space(tasks, partials)
     if run.server is not None:
         try:
