@@ -31,7 +31,8 @@ DOC = ROOT / "docs" / "grafana.md"
 
 DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 # Series from elsewhere than the collector: node exporter's scrape, and the alerts Prometheus evaluates.
-OTHER_SERIES = {"up", "ALERTS"}
+# Prometheus' own, and node exporter's filesystem collector's (the staging mount's free bytes).
+OTHER_SERIES = {"up", "ALERTS", "node_filesystem_avail_bytes"}
 CHAINED = ("cluster", "rack", "node", "gpu")
 # What Grafana's variables become for promtool: a regex matching anything, and a duration.
 SUBSTITUTIONS = {"cluster": ".*", "rack": ".*", "node": ".*", "gpu": ".*", "datasource": "prometheus",
@@ -183,18 +184,23 @@ def test_the_panels_the_issue_asks_for_read_their_series():
         assert name in read, name
 
 
-def test_the_staging_row_shows_held_vs_planned_the_last_result_and_throughput():
+def test_the_staging_row_shows_held_vs_planned_the_last_result_throughput_and_headroom():
     (row,) = [panel for panel in panels() if panel["type"] == "row" and panel["title"] == "Staging"]
     below = [panel for panel in panels() if panel["type"] != "row" and panel["gridPos"]["y"] > row["gridPos"]["y"]]
     exprs = {panel["title"]: [target["expr"] for target in panel["targets"]] for panel in below}
     read = {title: set().union(*map(series_names, found)) for title, found in exprs.items()}
     assert read == {"Staged share of the plan, per dataset and node": {"dlinfra_staging_shards"},
                     "Last staging run, per dataset and node": {"dlinfra_staging_last_run_result"},
-                    "Staging throughput": {"dlinfra_staging_transferred_bytes_total"}}
+                    "Staging throughput": {"dlinfra_staging_transferred_bytes_total"},
+                    "Free space above the staging plan's headroom": {"node_filesystem_avail_bytes",
+                                                                      "dlinfra_staging_headroom_bytes"}}
     (share,) = exprs["Staged share of the plan, per dataset and node"]
     assert 'state="held"' in share and 'state="planned"' in share and "ignoring (state)" in share
     (throughput,) = exprs["Staging throughput"]
     assert throughput.startswith("sum by (node, dataset) (rate(")  # a counter: its rate is the bytes per second
+    # StagingHeadroomLow's comparison, as a margin: one series per dataset, matched to its mount's free bytes
+    (room,) = exprs["Free space above the staging plan's headroom"]
+    assert "- on (instance, job, mountpoint) group_right () dlinfra_staging_headroom_bytes" in room
 
 
 @pytest.mark.parametrize("expr, expected", [
