@@ -3,11 +3,13 @@
 """The gpu_monitoring role's preflight and its Prometheus configuration: thin faces over plugin_utils'
 gpu_monitoring_checks and gpu_monitoring_scrape."""
 
+import yaml
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_checks import preflight_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_scrape import (
-    alertmanagers, prometheus_config, scrape_servers)
+    alertmanagers, dcgm_targets_in, prometheus_config, scrape_servers)
 
 
 def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
@@ -41,12 +43,25 @@ def gpu_monitoring_scrape_plan(hosts, groups, settings):
     return {"servers": servers, "problems": problems}
 
 
-def gpu_monitoring_prometheus_config(server, plan, groups, hostvars, settings):
+def _dcgm_targets(hostvars, hosts, in_place):
+    """The dcgm-exporters the run found (__gpu_monitoring_dcgm_target); for a host the run left out, which has no such
+    fact, the one the configuration in place (``in_place``, prometheus.yml's text) scrapes."""
+    try:
+        kept = dcgm_targets_in(yaml.safe_load(in_place or "") or {})
+    except (yaml.YAMLError, AttributeError, TypeError):
+        kept = {}  # not a file the role wrote: the run rewrites it whole
+    left_out = [host for host in hosts if "__gpu_monitoring_dcgm_target" not in hostvars.get(host, {})]
+    return dict({host: kept[host] for host in left_out if host in kept},
+                **_per_host(hostvars, hosts, "__gpu_monitoring_dcgm_target"))
+
+
+def gpu_monitoring_prometheus_config(server, plan, groups, hostvars, settings, in_place=""):
     """prometheus.yml for ``server`` as a mapping (see prometheus_config): the hosts' gpu_monitoring_scrape_address
-    and the dcgm-exporters found (__gpu_monitoring_dcgm_target) come from hostvars."""
+    and the dcgm-exporters found (__gpu_monitoring_dcgm_target) come from hostvars, and from ``in_place`` for the
+    hosts the run left out."""
     hosts = plan.get("servers", {}).get(server, [])
     settings = dict(settings, addresses=_per_host(hostvars, hosts, "gpu_monitoring_scrape_address"),
-                    dcgm_targets=_per_host(hostvars, hosts, "__gpu_monitoring_dcgm_target"))
+                    dcgm_targets=_dcgm_targets(hostvars, hosts, in_place))
     try:
         return prometheus_config(server, plan["servers"], dict(groups), settings)
     except (KeyError, TypeError, ValueError) as error:

@@ -66,6 +66,19 @@ def scrape_jobs(server, plan, groups, settings):
     return jobs
 
 
+def dcgm_targets_in(config):
+    """{host: "address:port"} of the dcgm job in a prometheus.yml (as a mapping) that scrape_jobs wrote."""
+    found = {}
+    for job in (config or {}).get("scrape_configs") or []:
+        if job.get("job_name") != "dcgm":
+            continue
+        for static in job.get("static_configs") or []:
+            node, targets = (static.get("labels") or {}).get("node"), static.get("targets") or []
+            if node and targets:
+                found[node] = targets[0]
+    return found
+
+
 def alertmanagers(url):
     """Prometheus' alerting.alertmanagers entry for an Alertmanager URL (http[s]://host:port[/prefix])."""
     scheme, _sep, rest = url.partition("://")
