@@ -192,8 +192,8 @@ def test_the_staging_row_shows_held_vs_planned_the_last_result_throughput_and_he
     assert read == {"Staged share of the plan, per dataset and node": {"dlinfra_staging_shards"},
                     "Last staging run, per dataset and node": {"dlinfra_staging_last_run_result"},
                     "Staging throughput": {"dlinfra_staging_transferred_bytes_total"},
-                    "Free space above the staging plan's headroom": {"node_filesystem_avail_bytes",
-                                                                      "dlinfra_staging_headroom_bytes"}}
+                    "Free space above the staging plan's headroom": {
+                        "node_filesystem_avail_bytes", "dlinfra_staging_headroom_bytes"}}
     (share,) = exprs["Staged share of the plan, per dataset and node"]
     assert 'state="held"' in share and 'state="planned"' in share and "ignoring (state)" in share
     (throughput,) = exprs["Staging throughput"]
