@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_checks import preflight_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_scrape import (
-    alertmanagers, dcgm_targets_in, prometheus_config, scrape_servers)
+    alertmanagers, dcgm_targets_in, prometheus_config, retention_problem, scrape_servers)
 
 
 def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
@@ -34,12 +34,15 @@ def gpu_monitoring_scrape_plan(hosts, groups, settings):
         servers, problems = scrape_servers(list(hosts), dict(groups), settings)
     except (KeyError, TypeError) as error:
         raise AnsibleFilterError("gpu_monitoring_scrape_plan: %s" % error) from error
+    found = []
+    if "retention" in settings and retention_problem(settings["retention"]):
+        found.append(retention_problem(settings["retention"]))
     if settings.get("alertmanager_url"):
         try:
             alertmanagers(settings["alertmanager_url"])
         except ValueError as error:
-            problems.update((server, "%s: %s; set it to Alertmanager's URL, for example http://alertmanager:9093, or empty"
-                             % (server, error)) for server in servers)
+            found.append("%s; set it to Alertmanager's URL, for example http://alertmanager:9093, or empty" % error)
+    problems.update((server, "%s: %s" % (server, "; ".join(found))) for server in servers if found)
     return {"servers": servers, "problems": problems}
 
 

@@ -17,10 +17,28 @@ def _first_match(pattern, host, groups):
     return next((group for group in sorted(groups) if pattern.search(group) and host in groups[group]), "")
 
 
+# Prometheus' durations (prometheus/common model.ParseDuration): units from years to milliseconds, largest first.
+DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
+
+
+def retention_problem(retention):
+    """Why ``retention`` is no --storage.tsdb.retention.time Prometheus takes (a positive duration), or ''."""
+    text = str(retention)
+    if text and DURATION.fullmatch(text) and any(digit != "0" for digit in re.findall(r"[0-9]", text)):
+        return ""
+    return ("gpu_monitoring_retention=%r is not a Prometheus duration above zero; set it like 15d, 8w, 1y or 36h"
+            % text)
+
+
 def scrape_servers(hosts, groups, settings):
     """({server: [the hosts it scrapes, in ``hosts`` order]}, {host: problem} for the hosts of a cluster that nothing
-    would scrape)."""
+    would scrape). A server group the inventory defines with no hosts is a problem on every host: the admin meant
+    servers, and the heads would run Prometheus instead."""
     monitored = list(hosts)
+    if settings["server_group"] in groups and not groups[settings["server_group"]]:
+        return {}, {host: "%s: group %s (gpu_monitoring_server_group) has no hosts; put the monitoring servers in it, "
+                          "or remove the group so that each cluster's first head runs Prometheus"
+                          % (host, settings["server_group"]) for host in monitored}
     servers = [host for host in groups.get(settings["server_group"], []) if host in monitored]
     if servers:
         return {server: monitored for server in servers}, {}

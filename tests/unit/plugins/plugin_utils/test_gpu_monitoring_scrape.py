@@ -4,7 +4,7 @@
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_scrape import (
-    alertmanagers, prometheus_config, scrape_jobs, scrape_servers)
+    alertmanagers, prometheus_config, retention_problem, scrape_jobs, scrape_servers)
 
 SETTINGS = {"server_group": "gpu_monitoring_server", "head_group": "head", "cluster_group_pattern": "^cluster_",
             "rack_group_pattern": "^rack_", "role_groups": ["head", "gpu_nodes", "cpu_nodes", "dataset_store"],
@@ -34,6 +34,25 @@ def test_servers_named_in_their_group_scrape_every_host_instead():
 def test_a_server_outside_the_play_is_not_one():
     plan, _problems = scrape_servers(HOSTS, dict(GROUPS, gpu_monitoring_server=["elsewhere"]), SETTINGS)
     assert sorted(plan) == ["a-head", "b-head2"]
+
+
+def test_a_server_group_defined_without_hosts_is_a_problem_on_every_host():
+    plan, problems = scrape_servers(HOSTS, dict(GROUPS, gpu_monitoring_server=[]), SETTINGS)
+    assert plan == {} and sorted(problems) == sorted(HOSTS)
+    assert problems["a-gpu1"] == (
+        "a-gpu1: group gpu_monitoring_server (gpu_monitoring_server_group) has no hosts; put the monitoring servers "
+        "in it, or remove the group so that each cluster's first head runs Prometheus")
+
+
+@pytest.mark.parametrize("retention", ["15d", "8w", "1y", "36h", "90m", "1y2w3d4h5m6s7ms", "0d1h"])
+def test_prometheus_durations_are_retentions(retention):
+    assert retention_problem(retention) == ""
+
+
+@pytest.mark.parametrize("retention", ["", "0", "0d", "15", "15 d", "2weeks", "1d1y", "-1d", "1.5d", "15D"])
+def test_other_retentions_are_refused_naming_the_variable(retention):
+    assert retention_problem(retention) == (
+        "gpu_monitoring_retention=%r is not a Prometheus duration above zero; set it like 15d, 8w, 1y or 36h" % retention)
 
 
 def test_a_cluster_without_a_head_names_each_of_its_hosts_and_the_fixes():

@@ -44,6 +44,13 @@ def test_the_written_configuration_passes_promtool(tmp_path, alertmanager_url, p
     assert "SUCCESS: 1 rule files found" in checked.stdout + checked.stderr
 
 
+def test_a_bad_retention_is_a_problem_on_the_server_only(tmp_path):
+    plan = gpu_monitoring_scrape_plan(["head1", "gpu1", "gpu2"], GROUPS, dict(settings(tmp_path), retention="2weeks"))
+    assert plan["problems"] == {"head1": (
+        "head1: gpu_monitoring_retention='2weeks' is not a Prometheus duration above zero; set it like 15d, 8w, 1y or "
+        "36h")}
+
+
 def test_a_bad_alertmanager_url_is_a_problem_on_the_server_before_anything_changes(tmp_path):
     plan = gpu_monitoring_scrape_plan(["head1", "gpu1", "gpu2"], GROUPS, settings(tmp_path, "alertmanager:9093"))
     assert plan["problems"] == {"head1": (
