@@ -8,6 +8,7 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_controller import controller_path_items
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inputs import (
     collection_version, inputs_digest, role_files_digest, role_variables)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_record import every_phase_runs
@@ -33,6 +34,10 @@ class ActionModule(ActionBase):
         if not record and boolean(self._templar.template(task_vars.get(FULL_RUN, False)), strict=False):
             result.update(changed=False, converged=False, drift=[], reason="%s is true: the role runs in full" % FULL_RUN)
             return result
+        # Files the role writes on the controller are read here, where they are, and compared as the node's own items.
+        controller_paths = module_args.pop("controller_paths", None) or []
+        if controller_paths:
+            module_args["observed"] = dict(module_args.get("observed") or {}, **controller_path_items(controller_paths))
         variables = {name: self._value(task_vars[name]) for name in role_variables(task_vars, role)}
         module_args["inputs_digest"] = inputs_digest(variables, task_vars.get("ansible_facts", {}),
                                                      module_args.pop("inputs", None), role_files_digest(role_path),

@@ -13,8 +13,10 @@ description:
   - After a role's full run succeeds, O(record=true) writes the role's record on the node
     (C(<record_dir>/<role>.json)), with the digest of the role's inputs and a snapshot of what the role manages, that is
     each of O(packages) with its version and hold, each of O(paths) with its content digest, mode and owner (a
-    directory with its entry names, a missing path as missing), and each of O(services) with its enablement and
-    activity.
+    directory with its entry names, a missing path as missing), each of O(services) with its enablement and
+    activity, each of O(snaps) with its version, revision, tracked channel and notes (C(held), C(classic)) as
+    C(snap list) shows them, each user of O(group_members) with whether it is in the group, and the O(observed)
+    items as given.
   - Without O(record), it only reads. The node is converged when the record exists, was made with the same inputs
     digest and every item in it reads the same now. A role then skips its install and configure phases; anything
     else (no record, other inputs, a package moved, a hold lifted, a file edited, a service stopped) is returned in
@@ -26,6 +28,8 @@ description:
     tag that starts with either and C(_), such as C(nccl_verify)). The task is then skipped and its C(msg) says why.
     Other skip tags, such as molecule's C(notest), leave the role whole and record.
   - Package versions and holds are read from dpkg; on a host without C(dpkg-query) a node is never converged.
+  - An item recorded as C(unreadable...) never reads the same, since a record that could not read something vouches
+    for nothing about it.
 author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
 extends_documentation_fragment:
@@ -75,6 +79,29 @@ options:
     type: list
     elements: str
     default: []
+  snaps:
+    description: Snaps whose revision, channel and hold the role manages (read with C(snap list)).
+    type: list
+    elements: str
+    default: []
+  group_members:
+    description: Groups (keys) and the users (values, a list) the role keeps in each of them.
+    type: dict
+    default: {}
+  observed:
+    description:
+      - Items the role read elsewhere (for example on another host, or on the controller), each a name and its state as
+        a string. They are recorded as given and compared as given, so the read and the record must name the same items.
+      - The action plugin adds C(controller path PATH) items for O(controller_paths).
+    type: dict
+    default: {}
+  controller_paths:
+    description:
+      - Files on the controller the role writes (the action plugin reads each one's content digest and mode and adds
+        them to O(observed)).
+    type: list
+    elements: path
+    default: []
   record_dir:
     description: Where the records are kept.
     type: path
@@ -110,12 +137,15 @@ drift:
   returned: always
   type: list
   elements: str
-  sample: ["package libnccl2: recorded hi 2.21.5-1, now ii 2.21.5-1"]
+  sample: ["package libnccl2: recorded hi 2.21.5-1, now ii 2.21.5-1", "snap microk8s: recorded v1.32.3 8148
+    1.32/stable classic,held, now v1.32.3 8148 1.32/stable classic"]
 """
 
+import grp
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import stat
 import tempfile
@@ -170,14 +200,69 @@ def service_states(module, units):
     return dict(zip(units, shown)) if len(shown) == len(units) else dict.fromkeys(units, "unreadable")
 
 
-def snapshot(module, packages, paths, services, installed_packages=()):
+def snap_states(module, names):
+    """name -> 'VERSION REV TRACKING NOTES' as `snap list` shows them (notes sorted), or 'absent'."""
+    if not names:
+        return {}
+    states = dict.fromkeys(names, "absent")
+    snap = module.get_bin_path("snap")
+    if not snap:
+        return states
+    rc, out, err = module.run_command([snap, "list"])
+    if rc != 0:
+        return dict.fromkeys(names, "unreadable: snap list: %s" % (err.strip() or out.strip()))
+    # Name  Version  Rev  Tracking  Publisher  Notes; none at all is "No snaps are installed yet" on stderr.
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 6 and fields[0] in states:
+            states[fields[0]] = "%s %s %s %s" % (fields[1], fields[2], fields[3], ",".join(sorted(fields[5].split(","))))
+    return states
+
+
+def member_states(group_members):
+    """'GROUP USER' -> 'member', 'not member', 'no user' or 'no group'."""
+    states = {}
+    for group, users in sorted(group_members.items()):
+        try:
+            members = set(grp.getgrnam(group).gr_mem)
+        except KeyError:
+            members = None
+        for user in users:
+            try:
+                pwd.getpwnam(user)
+            except KeyError:
+                states["%s %s" % (group, user)] = "no user"
+                continue
+            states["%s %s" % (group, user)] = ("no group" if members is None
+                                               else "member" if user in members else "not member")
+    return states
+
+
+def snapshot(module, packages, paths, services, installed_packages=(), snaps=(), group_members=None, observed=None):
     items = {}
     items.update(("package " + name, state) for name, state in package_states(module, packages).items())
     items.update(("installed " + name, "absent" if state == "absent" else "installed")
                  for name, state in package_states(module, installed_packages).items())
     items.update(("path " + path, path_state(path)) for path in paths)
     items.update(("service " + unit, state) for unit, state in service_states(module, services).items())
+    items.update(("snap " + name, state) for name, state in snap_states(module, snaps).items())
+    items.update(("member " + key, state) for key, state in member_states(group_members or {}).items())
+    items.update(("observed " + str(key), str(state)) for key, state in (observed or {}).items())
     return items
+
+
+def recorded_members(items):
+    """The group_members a record's 'member GROUP USER' items name."""
+    members = {}
+    for item in items:
+        if item.startswith("member ") and len(item.split(" ")) == 3:
+            dummy, group, user = item.split(" ")
+            members.setdefault(group, []).append(user)
+    return members
+
+
+def unreadable(state):
+    return str(state).startswith("unreadable")
 
 
 def read_record(path):
@@ -196,7 +281,8 @@ def compare(record, digest, now):
     if record.get("inputs_digest") != digest:
         return False, "the role's inputs changed since its last full run (variables, role files or version)", []
     drift = ["%s: recorded %s, now %s" % (item, recorded, now.get(item))
-             for item, recorded in sorted(record.get("items", {}).items()) if now.get(item) != recorded]
+             for item, recorded in sorted(record.get("items", {}).items())
+             if now.get(item) != recorded or unreadable(recorded)]
     if drift:
         return False, "drift: " + "; ".join(drift), drift
     return True, "", []
@@ -230,6 +316,10 @@ def main():
             installed_packages=dict(type="list", elements="str", default=[]),
             paths=dict(type="list", elements="path", default=[]),
             services=dict(type="list", elements="str", default=[]),
+            snaps=dict(type="list", elements="str", default=[]),
+            group_members=dict(type="dict", default={}),
+            observed=dict(type="dict", default={}),
+            controller_paths=dict(type="list", elements="path", default=[]),
             record_dir=dict(type="path", default="/var/lib/dlinfra/converged"),
         ),
         supports_check_mode=True,
@@ -247,7 +337,8 @@ def main():
     if params["record"]:
         record = {"format": FORMAT, "role": params["role"], "inputs_digest": params["inputs_digest"],
                   "items": snapshot(module, params["packages"], params["paths"], params["services"],
-                                    params["installed_packages"])}
+                                    params["installed_packages"], params["snaps"], params["group_members"],
+                                    params["observed"])}
         changed = read_record(path) != record
         if changed and not module.check_mode:
             write_record(path, record)
@@ -257,7 +348,9 @@ def main():
     now = snapshot(module, [item[len("package "):] for item in items if item.startswith("package ")],
                    [item[len("path "):] for item in items if item.startswith("path ")],
                    [item[len("service "):] for item in items if item.startswith("service ")],
-                   [item[len("installed "):] for item in items if item.startswith("installed ")])
+                   [item[len("installed "):] for item in items if item.startswith("installed ")],
+                   [item[len("snap "):] for item in items if item.startswith("snap ")],
+                   recorded_members(items), params["observed"])
     converged, reason, drift = compare(record, params["inputs_digest"], now)
     module.exit_json(changed=False, converged=converged, reason=reason, drift=drift)
 

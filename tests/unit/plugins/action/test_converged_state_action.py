@@ -63,3 +63,16 @@ def test_the_read_runs_whatever_the_tags(role_path):
     result, executed = run({"role": "nccl"}, role_path, ansible_run_tags=["nccl_install"], ansible_skip_tags=["always"])
     assert result["converged"] is True and not result.get("skipped")
     executed.assert_called_once()
+
+
+def test_controller_paths_are_read_here_and_passed_as_observed_items(role_path, tmp_path):
+    config = tmp_path / "cluster_a.kubeconfig"
+    config.write_text("apiVersion: v1\n")
+    config.chmod(0o600)
+    args = {"role": "nccl", "observed": {"k8s node": "worker"}, "controller_paths": [str(config), str(tmp_path / "no")]}
+    dummy, executed = run(args, role_path)
+    module_args = executed.call_args.kwargs["module_args"]
+    assert "controller_paths" not in module_args
+    assert module_args["observed"]["k8s node"] == "worker"
+    assert module_args["observed"]["controller path %s" % config].startswith("file 600 ")
+    assert module_args["observed"]["controller path %s" % (tmp_path / "no")] == "absent"

@@ -223,3 +223,117 @@ def test_an_updated_package_the_role_only_keeps_installed_is_no_drift(node, run_
     node.packages["curl"] = ("ii", "8.14.1-3")
     node.write()
     assert run_module(node.args())["converged"] is True
+
+
+# ---- snaps, group members and items read elsewhere (the microk8s role) ----
+
+SNAP_LIST = """Name      Version   Rev    Tracking       Publisher   Notes
+core20    20250213  2501   latest/stable  canonical\u2713  base
+microk8s  v1.32.3   8148   1.32/stable    canonical\u2713  held,classic
+"""
+
+
+class FakeGroups:
+    """grp and pwd for the module: the microk8s group and the users that exist."""
+    def __init__(self):
+        self.members = {"microk8s": ["alice"]}
+        self.users = {"alice", "bob"}
+
+    def getgrnam(self, name):
+        if name not in self.members:
+            raise KeyError(name)
+        return type("group", (), {"gr_mem": list(self.members[name])})
+
+    def getpwnam(self, name):
+        if name not in self.users:
+            raise KeyError(name)
+        return name
+
+
+@pytest.fixture
+def snap_node(node, monkeypatch):
+    """The fake node with `snap list` (from snaps.txt) and the fake group database."""
+    (node.root / "snaps.txt").write_text(SNAP_LIST)
+    node._script("snap", 'cat %s' % (node.root / "snaps.txt"))
+    groups = FakeGroups()
+    monkeypatch.setattr(converged_state, "grp", groups)
+    monkeypatch.setattr(converged_state, "pwd", groups)
+    node.groups = groups
+    node.observed = {"k8s addon dns": "enabled", "k8s node": "worker Ready nvidia.com/gpu.present=true"}
+    return node
+
+
+def snap_args(node, record=False, **extra):
+    return dict(node.args(record=record), role="microk8s", packages=[], installed_packages=[], services=[],
+                snaps=["microk8s"], group_members={"microk8s": ["alice"]}, observed=dict(node.observed), **extra)
+
+
+def test_the_record_holds_the_snap_the_members_and_the_observed_items(snap_node, run_module):
+    assert run_module(snap_args(snap_node, record=True))["changed"] is True
+    items = json.loads((snap_node.records / "microk8s.json").read_text())["items"]
+    assert items["snap microk8s"] == "v1.32.3 8148 1.32/stable classic,held"
+    assert items["member microk8s alice"] == "member"
+    assert items["observed k8s addon dns"] == "enabled"
+    # The read needs only the observed items: the snaps and members come from the record.
+    read = dict(snap_args(snap_node), snaps=[], group_members={})
+    assert run_module(read)["converged"] is True
+
+
+def snap_unheld(node):
+    (node.root / "snaps.txt").write_text(SNAP_LIST.replace("held,classic", "classic"))
+
+
+def snap_channel(node):
+    (node.root / "snaps.txt").write_text(SNAP_LIST.replace("v1.32.3   8148   1.32/stable", "v1.33.4   8373   1.33/stable"))
+
+
+def snap_removed(node):
+    (node.root / "snaps.txt").write_text(SNAP_LIST.splitlines()[0] + "\n" + SNAP_LIST.splitlines()[1] + "\n")
+
+
+def member_removed(node):
+    node.groups.members["microk8s"] = []
+
+
+def user_removed(node):
+    node.groups.users.discard("alice")
+
+
+def addon_disabled(node):
+    node.observed["k8s addon dns"] = "disabled"
+
+
+def node_unreadable(node):
+    node.observed = {"k8s cluster": "unreadable: microk8s status: microk8s is not running"}
+
+
+@pytest.mark.parametrize("change, item", [
+    (snap_unheld, "snap microk8s: recorded v1.32.3 8148 1.32/stable classic,held, now v1.32.3 8148 1.32/stable classic"),
+    (snap_channel, "snap microk8s: recorded v1.32.3 8148 1.32/stable classic,held, now v1.33.4 8373 1.33/stable"),
+    (snap_removed, "snap microk8s: recorded v1.32.3 8148 1.32/stable classic,held, now absent"),
+    (member_removed, "member microk8s alice: recorded member, now not member"),
+    (user_removed, "member microk8s alice: recorded member, now no user"),
+    (addon_disabled, "observed k8s addon dns: recorded enabled, now disabled"),
+    (node_unreadable, "observed k8s addon dns: recorded enabled, now None"),
+])
+def test_each_snap_member_and_observed_drift_is_found_and_named(snap_node, run_module, change, item):
+    run_module(snap_args(snap_node, record=True))
+    change(snap_node)
+    result = run_module(snap_args(snap_node))
+    assert result["converged"] is False and result["drift"][0].startswith(item)
+
+
+def test_an_item_recorded_unreadable_never_reads_the_same(snap_node, run_module):
+    node_unreadable(snap_node)
+    run_module(snap_args(snap_node, record=True))
+    result = run_module(snap_args(snap_node))
+    assert result["converged"] is False
+    assert result["drift"] == ["observed k8s cluster: recorded unreadable: microk8s status: microk8s is not running, "
+                               "now unreadable: microk8s status: microk8s is not running"]
+
+
+def test_without_the_snap_command_a_snap_reads_absent(snap_node, run_module):
+    (snap_node.bin / "snap").unlink()
+    run_module(snap_args(snap_node, record=True))
+    items = json.loads((snap_node.records / "microk8s.json").read_text())["items"]
+    assert items["snap microk8s"] == "absent"
