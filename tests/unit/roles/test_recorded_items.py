@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
-RECORDING = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda", "gpu_monitoring")
+RECORDING = ("preflight", "nvidia_driver", "nvidia_container_toolkit", "nccl", "anaconda", "gpu_monitoring",
+             "microk8s")
 # module -> the argument naming what it writes
 WRITERS = {"ansible.builtin.template": "dest", "ansible.builtin.copy": "dest", "ansible.builtin.lineinfile": "path",
            "ansible.builtin.blockinfile": "path", "ansible.builtin.get_url": "dest", "ansible.builtin.file": "path",

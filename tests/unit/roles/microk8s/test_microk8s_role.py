@@ -183,3 +183,77 @@ def test_offline_pairs_resolve_relative_paths_from_the_inventory_directory():
         ["/srv/inventory/files/core20_2501.snap", "/srv/inventory/files/core20_2501.assert"],
         ["/mirror/microk8s_8148.snap", "/mirror/microk8s_8148.assert"],
     ]
+
+
+# ---- the converged_state record (tasks/main.yml, converge.yml, record.yml) ----
+
+def converged(*hosts):
+    return {host: {"__microk8s_converged": {"converged": host in hosts}} for host in GROUPS["all"]}
+
+
+def test_only_the_hosts_whose_record_failed_run_in_full_and_one_of_them_leads():
+    templar = role_templar("dgx01", ansible_play_batch=GROUPS["all"], hostvars=converged("head-a1", "head-a2"))
+    batch = resolve(templar, "__microk8s_full_run_hosts")
+    assert batch == ["head-a3", "dgx01", "head-b1", "cpu01", "lonely"]
+    templar = role_templar("dgx01", ansible_play_batch=GROUPS["all"], __microk8s_batch=batch)
+    # The first head is converged: a host running in full leads, its cluster steps still go to the first head.
+    assert resolve(templar, "__microk8s_leader") == "head-a3"
+    assert resolve(templar, "__microk8s_first_head") == "head-a1"
+    assert resolve(templar, "__microk8s_cluster_play_hosts") == ["head-a3", "dgx01"]
+
+
+def test_the_cluster_is_read_by_the_batchs_first_host_and_recorded_by_the_first_still_running_in_full():
+    templar = role_templar("dgx01", ansible_play_batch=["head-a1", "head-a2", "dgx01"],
+                           __microk8s_batch=["head-a2", "dgx01"])
+    assert resolve(templar, "__microk8s_reader") == "head-a1"
+    assert resolve(templar, "__microk8s_recorder") == "head-a2"
+    # head-a2 failed during the run: the next host still running records.
+    templar = role_templar("dgx01", ansible_play_batch=["head-a1", "dgx01"], __microk8s_batch=["head-a2", "dgx01"])
+    assert resolve(templar, "__microk8s_recorder") == "dgx01"
+
+
+def inputs(host="dgx01", groups=None, **overrides):
+    templar = role_templar(host, **overrides)
+    if groups:
+        templar.available_variables = dict(templar.available_variables, groups=groups)
+    return resolve(templar, "__microk8s_inputs")
+
+
+@pytest.mark.parametrize("groups", [
+    dict(GROUPS, cluster_a=GROUPS["cluster_a"] + ["dgx02"], all=GROUPS["all"] + ["dgx02"]),  # a node added
+    dict(GROUPS, cluster_a=["head-a1", "head-a2", "dgx01"]),  # a head removed
+    dict(GROUPS, head=["head-a2", "head-a1", "head-a3", "head-b1"]),  # another first head
+    dict(GROUPS, gpu_nodes=[]),  # no GPU node left: the nvidia addon goes
+])
+def test_the_clusters_membership_is_in_every_hosts_inputs(groups):
+    for host in ("head-a1", "dgx01"):
+        assert inputs(host, groups) != inputs(host)
+
+
+def test_another_clusters_membership_is_not():
+    groups = dict(GROUPS, cluster_b=GROUPS["cluster_b"] + ["cpu02"], all=GROUPS["all"] + ["cpu02"])
+    assert inputs("dgx01", groups) == inputs("dgx01")
+
+
+def test_the_wanted_addons_are_in_the_inputs():
+    assert inputs(microk8s_addons=[{"name": "dns"}]) != inputs()
+    wanted = inputs(microk8s_gpu_support="device_plugin")["addons"]
+    assert wanted[-1] == {"name": "nvidia", "args": [], "state": "disabled"}
+
+
+def test_the_record_covers_the_worker_lock_the_gpus_the_shipped_snaps_and_the_manifest_on_the_first_head():
+    snaps = [{"snap": "/srv/b/microk8s_8148.snap", "assert": "/srv/b/microk8s_8148.assert"}]
+    paths = resolve(role_templar("dgx01", microk8s_offline_snaps=snaps), "__microk8s_managed_paths")
+    assert paths == ["/var/snap/microk8s/current/var/lock/clustered.lock", "/sys/bus/pci/devices",
+                     "/var/lib/dlinfra/microk8s/snaps/microk8s_8148.snap",
+                     "/var/lib/dlinfra/microk8s/snaps/microk8s_8148.assert"]
+    head = resolve(role_templar("head-a1", microk8s_gpu_support="device_plugin"), "__microk8s_managed_paths")
+    assert head[-1] == "/var/lib/dlinfra/microk8s/manifests/nvidia-device-plugin.yml"
+    assert "/var/lib/dlinfra/microk8s/manifests/nvidia-device-plugin.yml" not in resolve(
+        role_templar("head-a2", microk8s_gpu_support="device_plugin"), "__microk8s_managed_paths")
+
+
+def test_the_kubeconfig_on_the_controller_is_recorded_where_the_role_writes_it():
+    assert resolve(role_templar("dgx01", microk8s_kubeconfig_dir="/home/ops/.kube"), "__microk8s_controller_paths") \
+        == ["/home/ops/.kube/cluster_a.kubeconfig"]
+    assert resolve(role_templar("dgx01", microk8s_kubeconfig_dir=""), "__microk8s_controller_paths") == []
