@@ -202,6 +202,13 @@ def test_only_the_hosts_whose_record_failed_run_in_full_and_one_of_them_leads():
     assert resolve(templar, "__microk8s_cluster_play_hosts") == ["head-a3", "dgx01"]
 
 
+def test_a_host_of_the_batch_that_did_not_run_the_role_takes_no_part():
+    hostvars = converged("head-a1")
+    del hostvars["head-a2"]["__microk8s_converged"]
+    templar = role_templar("dgx01", ansible_play_batch=GROUPS["all"], hostvars=hostvars)
+    assert resolve(templar, "__microk8s_full_run_hosts") == ["head-a3", "dgx01", "head-b1", "cpu01", "lonely"]
+
+
 def test_the_cluster_is_read_by_the_batchs_first_host_and_recorded_by_the_first_still_running_in_full():
     templar = role_templar("dgx01", ansible_play_batch=["head-a1", "head-a2", "dgx01"],
                            __microk8s_batch=["head-a2", "dgx01"])
