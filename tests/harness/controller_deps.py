@@ -1,7 +1,8 @@
 """The Python distributions the collection's controller side imports beyond ansible-core and the standard library:
 what an execution environment must be able to install for it (meta/ee-requirements.txt). The controller side is every
 plugin but the modules, which run on the nodes (stdlib only), plus the module_utils the plugins share. Imports inside
-try/except ImportError count too: an optional package is still one the execution environment should offer.
+try/except ImportError count too: an optional package is still one the execution environment should offer. The
+distributions ansible-core itself requires (PyYAML, Jinja2, ...) come with it, so they are not counted.
 
   controller_deps.py     one distribution name a line (what ee_check.sh compares ansible-builder's result with)
 """
@@ -9,6 +10,8 @@ import ast
 import importlib.metadata
 import pathlib
 import sys
+
+from packaging.requirements import Requirement
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROVIDED = {"__future__", "ansible", "ansible_collections"}
@@ -29,7 +32,8 @@ def controller_distributions(root=ROOT):
             modules.update(imported_modules(path.read_text()))
     third_party = sorted(modules - PROVIDED - set(sys.stdlib_module_names))
     distributions = importlib.metadata.packages_distributions()
-    return sorted({(distributions.get(name) or [name])[0].lower() for name in third_party})
+    core = {Requirement(line).name.lower() for line in importlib.metadata.requires("ansible-core") or []}
+    return sorted({(distributions.get(name) or [name])[0].lower() for name in third_party} - core)
 
 
 if __name__ == "__main__":
