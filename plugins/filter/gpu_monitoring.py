@@ -34,14 +34,13 @@ def gpu_monitoring_scrape_plan(hosts, groups, settings):
         servers, problems = scrape_servers(list(hosts), dict(groups), settings)
     except (KeyError, TypeError) as error:
         raise AnsibleFilterError("gpu_monitoring_scrape_plan: %s" % error) from error
-    found = []
-    if "retention" in settings and retention_problem(settings["retention"]):
-        found.append(retention_problem(settings["retention"]))
+    found = [retention_problem(settings["retention"])] if "retention" in settings else []
     if settings.get("alertmanager_url"):
         try:
             alertmanagers(settings["alertmanager_url"])
         except ValueError as error:
             found.append("%s; set it to Alertmanager's URL, for example http://alertmanager:9093, or empty" % error)
+    found = [problem for problem in found if problem]
     problems.update((server, "%s: %s" % (server, "; ".join(found))) for server in servers if found)
     return {"servers": servers, "problems": problems}
 
