@@ -9,7 +9,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
-    DriverChoiceError, cuda_driver_problem, driver_plans, node_choice)
+    DriverChoiceError, cuda_driver_problem, driver_plans, node_flavor)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_preflight import preflight_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_swap import swap_out, swap_problem
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
@@ -39,12 +39,10 @@ def nvidia_driver_cuda_problem(cuda_version, branch, host, what):
 
 
 def nvidia_driver_node_flavor(pci_gpus, host, flavor, branches):
-    """The kernel module flavour ``host``'s GPUs get for ``flavor`` (auto, open or proprietary) on the first set branch of
-    ``branches`` (a pin, a driver version or a branch; its leading number counts), as the nvidia_driver role plans it."""
-    numbers = [re.match(r"[0-9]+", str(branch)) for branch in branches if branch]
-    branch = next((number.group(0) for number in numbers if number), None)
+    """The kernel module flavour ``host``'s GPUs get for ``flavor`` on the first set branch of ``branches`` (see
+    node_flavor)."""
     try:
-        return node_choice(host, pci_gpus or [], flavor or "auto", branch)["flavor"]
+        return node_flavor(host, pci_gpus, flavor, branches)
     except DriverChoiceError as error:
         raise AnsibleFilterError(str(error))
 

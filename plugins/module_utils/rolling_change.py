@@ -117,3 +117,13 @@ def decide(installed, target):
             reload = True
             reasons.append("nothing holds the GPUs: reload the driver modules instead of rebooting")
     return {"change": change, "drain": bool(change) or reboot or reload, "reboot": reboot, "reload": reload, "reasons": reasons}
+
+
+def plan_for(installed, target):
+    """(plan, not_installed): decide() for what a node has and the pins ``target`` (falsy values: not pinned). A
+    component the node does not have is left out of the plan and named in not_installed: installing it is site.yml's
+    work (day 1), not a change of version."""
+    target = {key: str(value) for key, value in (target or {}).items() if value not in (None, "")}
+    absent = sorted(key for key in target if installed.get(key) is None and key != "driver_flavor")
+    target = {key: value for key, value in target.items() if key not in absent}
+    return decide(as_pinned(installed, target), target), absent

@@ -67,6 +67,20 @@ options:
     description: The file packages write when the system must reboot (Debian and Ubuntu); its C(.pkgs) companion names them.
     type: path
     default: /run/reboot-required
+  state_file:
+    description:
+      - A JSON file a run left on the node when its change did not finish (the rolling_upgrade role's
+        C(rolling_upgrade_state_file)); returned as RV(resume). Not read when unset.
+    type: path
+  gpu_facts:
+    description:
+      - Read the GPUs first, with M(dlinfra.gpu_cluster.nvidia_gpu_facts) under O(sysfs_root) and O(procfs_root) (returned
+        as RV(gpu)), in the same task. Their processes count as O(gpu_processes), and V(driver_flavor) in O(target)
+        (V(auto), V(open) or V(proprietary)) becomes the flavour these GPUs get, as the nvidia_driver role plans it, on
+        the pinned branch, else the recorded one, else the loaded driver's. A flavour they cannot take fails the task,
+        naming the host, the GPUs and the fix. Controller side (the action plugin).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -91,6 +105,25 @@ installed:
   returned: always
   type: dict
   sample: {driver: 550.163.01-1, toolkit: 1.17.8-1, nccl: 2.22.3-1, microk8s: 1.32/stable, driver_loaded: null}
+target:
+  description: The pins the plan was made for, V(driver_flavor) resolved where O(gpu_facts) is true.
+  returned: always
+  type: dict
+  sample: {toolkit: 1.17.9, driver_flavor: open}
+resume:
+  description: What O(state_file) holds (the versions a node had before a change that did not finish); empty when unset or absent.
+  returned: always
+  type: dict
+  sample: {}
+recorded:
+  description: The branch and flavour the nvidia_driver role recorded (O(driver_plan_file)); empty where there is no record.
+  returned: always
+  type: dict
+  sample: {branch: "550", flavor: open}
+gpu:
+  description: What M(dlinfra.gpu_cluster.nvidia_gpu_facts) returned.
+  returned: when O(gpu_facts) is true
+  type: dict
 not_installed:
   description: The components of O(target) the node does not have, which the plan leaves out.
   returned: always
@@ -114,7 +147,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_driver_plan import DRIVER_PLAN_FILE
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import kernel_module_flavor
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import as_pinned, decide
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import plan_for
 
 
 def _read(path):
@@ -169,13 +202,22 @@ def _module_holders(sysfs_root, gpu_processes):
     return max(0, int(refcnt) - stacked - gpu_processes)
 
 
-def _recorded_flavor(path):
+def _read_json(path):
+    """The JSON object in ``path``; {} where it is missing or is not one."""
     try:
         with open(path) as handle:
-            flavor = json.load(handle).get("flavor")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return flavor if flavor in ("open", "proprietary") else None
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _recorded(path):
+    """The branch and flavour the nvidia_driver role recorded ({} where none)."""
+    record = _read_json(path)
+    flavor = record.get("flavor")
+    return {key: value for key, value in (("branch", str(record.get("branch") or "")),
+                                          ("flavor", flavor if flavor in ("open", "proprietary") else "")) if value}
 
 
 def gather(module):
@@ -188,7 +230,7 @@ def gather(module):
     installed = {key: _package_version(module, packages.get(key)) for key in ("driver", "fabric_manager", "toolkit", "nccl")}
     loaded_flavor = kernel_module_flavor(_read(os.path.join(params["procfs_root"], "driver", "nvidia", "version")) or "")
     installed.update({
-        "driver_flavor": _recorded_flavor(params["driver_plan_file"]) or loaded_flavor,
+        "driver_flavor": _recorded(params["driver_plan_file"]).get("flavor") or loaded_flavor,
         "driver_flavor_loaded": loaded_flavor,
         "microk8s": _snap_channel(module, "microk8s") if (params["target"] or {}).get("microk8s") else None,
         "driver_loaded": _read(os.path.join(params["sysfs_root"], "module", "nvidia", "version")),
@@ -213,6 +255,8 @@ def main():
             driver_plan_file=dict(type="path", default=DRIVER_PLAN_FILE),
             boot_dir=dict(type="path", default="/boot"),
             reboot_required_file=dict(type="path", default="/run/reboot-required"),
+            state_file=dict(type="path"),
+            gpu_facts=dict(type="bool", default=False),  # the action plugin's: it reads the GPUs, then calls this
         ),
         supports_check_mode=True,
     )
@@ -223,11 +267,11 @@ def main():
     if target.get("driver_flavor", "open") not in ("open", "proprietary"):
         module.fail_json(msg="target: driver_flavor is %r; use open or proprietary" % target["driver_flavor"])
     installed = gather(module)
-    # A component the node does not have is not changed here: installing it is site.yml's work (day 1).
-    absent = sorted(key for key in target if installed.get(key) is None and key != "driver_flavor")
-    target = {key: value for key, value in target.items() if key not in absent}
-    plan = decide(as_pinned(installed, target), target)
-    module.exit_json(changed=False, installed=installed, plan=plan, not_installed=absent)
+    plan, absent = plan_for(installed, target)
+    state_file = module.params["state_file"]
+    module.exit_json(changed=False, installed=installed, plan=plan, not_installed=absent, target=target,
+                     recorded=_recorded(module.params["driver_plan_file"]),
+                     resume=_read_json(state_file) if state_file else {})
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ flavour it gets and the branches that drive every one of its GPUs, or an error n
 ``cluster_branches`` intersects the nodes' branches, or names the two groups of nodes that share none.
 """
 
+import re
+
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import (
     OPEN_DEFAULT_BRANCH, OPEN_FIRST_BRANCH, describe)
 
@@ -31,6 +33,15 @@ def _listed(gpus):
 
 def _range(low, high):
     return "%d and later" % low if high is None else ("%d to %d" % (low, high) if low <= high else "none")
+
+
+def node_flavor(host, pci_gpus, flavor, branches):
+    """The kernel module flavour ``host``'s GPUs get for ``flavor`` (auto, open or proprietary) on the first set branch of
+    ``branches`` (a pin, a driver version or a branch; its leading number counts), as the nvidia_driver role plans it.
+    Raises DriverChoiceError as node_choice does."""
+    numbers = [re.match(r"[0-9]+", str(branch)) for branch in branches if branch]
+    branch = next((number.group(0) for number in numbers if number), None)
+    return node_choice(host, pci_gpus or [], flavor or "auto", branch)["flavor"]
 
 
 def node_choice(host, pci_gpus, flavor="auto", branch=None):

@@ -140,3 +140,16 @@ def test_an_open_node_at_its_pins_needs_nothing(node, run_module):
 def test_an_unknown_flavour_is_refused(node, run_module):
     result = run_module(node().args({"driver_flavor": "nouveau"}))
     assert result["_exit_code"] == 1 and "driver_flavor is 'nouveau'; use open or proprietary" in result["msg"]
+
+
+def test_the_record_and_a_state_file_are_returned_and_missing_ones_are_empty(node, run_module, tmp_path):
+    fake = node(recorded="open", kernels=[os.uname().release])
+    state = tmp_path / "rolling_upgrade.json"
+    state.write_text(json.dumps({"toolkit": "1.17.8-1"}))
+    result = run_module(fake.args({"toolkit": "1.17.8"}, state_file=str(state)))
+    assert result["recorded"] == {"branch": "550", "flavor": "open"} and result["resume"] == {"toolkit": "1.17.8-1"}
+    assert result["target"] == {"toolkit": "1.17.8"}
+    state.write_text("not json")
+    result = run_module(fake.args({"toolkit": "1.17.8"}, state_file=str(state), driver_plan_file=str(tmp_path / "none")))
+    assert result["recorded"] == {} and result["resume"] == {}
+    assert run_module(fake.args({"toolkit": "1.17.8"}))["resume"] == {}
