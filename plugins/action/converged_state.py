@@ -1,6 +1,8 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """converged_state's controller half: the role's inputs digest (plugin_utils/converged_inputs.py), then the module.
+With gather_facts, the node's min facts are gathered first in the same task (a role's setup task less on every run) and
+the digest is made with them.
 gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed.
 A record is written only by a run of every phase of the role (plugin_utils/converged_record.py): one that --tags or
 --skip-tags limit is skipped here, before the node is asked anything."""
@@ -14,6 +16,14 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inpu
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_record import every_phase_runs
 
 FULL_RUN = "gpu_cluster_full_run"
+
+
+def with_facts(task_vars, gathered):
+    """The task's variables as the next task will see them once the facts ``gathered`` (setup's ansible_* keys) are
+    the host's: under ansible_facts without the prefix, and as ansible_* variables."""
+    facts = {name[len("ansible_"):] if name.startswith("ansible_") else name: value for name, value in gathered.items()}
+    return dict(task_vars, ansible_facts=dict(task_vars.get("ansible_facts") or {}, **facts),
+                **{name: value for name, value in gathered.items() if name.startswith("ansible_")})
 
 
 class ActionModule(ActionBase):
@@ -31,14 +41,24 @@ class ActionModule(ActionBase):
             result.update(changed=False, skipped=True,
                           msg="%s: not recorded, --tags/--skip-tags ran only some of its phases" % role)
             return result
-        if not record and boolean(self._templar.template(task_vars.get(FULL_RUN, False)), strict=False):
+        templar = self._templar
+        if boolean(module_args.pop("gather_facts", False), strict=False) and not record:
+            gathered = self._execute_module(module_name="ansible.builtin.setup", module_args={"gather_subset": ["min"]},
+                                            task_vars=task_vars)
+            if gathered.get("failed"):
+                result.update(gathered)
+                return result
+            result["ansible_facts"] = gathered.get("ansible_facts", {})
+            task_vars = with_facts(task_vars, result["ansible_facts"])
+            templar = self._templar.copy_with_new_env(available_variables=task_vars)
+        if not record and boolean(templar.template(task_vars.get(FULL_RUN, False)), strict=False):
             result.update(changed=False, converged=False, drift=[], reason="%s is true: the role runs in full" % FULL_RUN)
             return result
         # Files the role writes on the controller are read here, where they are, and compared as the node's own items.
         controller_paths = module_args.pop("controller_paths", None) or []
         if controller_paths:
             module_args["observed"] = dict(module_args.get("observed") or {}, **controller_path_items(controller_paths))
-        variables = {name: self._value(task_vars[name]) for name in role_variables(task_vars, role)}
+        variables = {name: self._value(templar, task_vars[name]) for name in role_variables(task_vars, role)}
         module_args["inputs_digest"] = inputs_digest(variables, task_vars.get("ansible_facts", {}),
                                                      module_args.pop("inputs", None), role_files_digest(role_path),
                                                      collection_version(role_path))
@@ -46,9 +66,10 @@ class ActionModule(ActionBase):
                                            task_vars=task_vars))
         return result
 
-    def _value(self, raw):
+    @staticmethod
+    def _value(templar, raw):
         """A variable as the role sees it; one that cannot be templated yet counts as its text, which is as stable."""
         try:
-            return self._templar.template(raw)
+            return templar.template(raw)
         except AnsibleError:
             return str(raw)

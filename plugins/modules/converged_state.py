@@ -106,6 +106,13 @@ options:
     description: Where the records are kept.
     type: path
     default: /var/lib/dlinfra/converged
+  gather_facts:
+    description:
+      - Gather the node's C(min) facts first, as C(ansible.builtin.setup) with C(gather_subset=min) does, in the same
+        task; they are returned as the task's facts and the inputs digest is made with them. Only for a read (not with
+        O(record)). A role then needs no setup task of its own before the read. Controller side (the action plugin).
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -321,6 +328,7 @@ def main():
             observed=dict(type="dict", default={}),
             controller_paths=dict(type="list", elements="path", default=[]),
             record_dir=dict(type="path", default="/var/lib/dlinfra/converged"),
+            gather_facts=dict(type="bool", default=False),  # the action plugin's: it gathers them, then calls this
         ),
         supports_check_mode=True,
     )

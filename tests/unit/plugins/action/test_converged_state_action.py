@@ -76,3 +76,64 @@ def test_controller_paths_are_read_here_and_passed_as_observed_items(role_path, 
     assert module_args["observed"]["k8s node"] == "worker"
     assert module_args["observed"]["controller path %s" % config].startswith("file 600 ")
     assert module_args["observed"]["controller path %s" % (tmp_path / "no")] == "absent"
+
+
+GATHERED = {"ansible_distribution": "Debian", "ansible_distribution_version": "13.1", "ansible_kernel": "6.12.9",
+            "ansible_architecture": "x86_64", "ansible_os_family": "Debian", "gather_subset": ["min"]}
+
+
+def run_gathering(args, role_path, **task_vars):
+    """run() with setup answering GATHERED and the module answering converged; (result, [(module, args)])."""
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    loader = DataLoader()
+    action = ActionModule(task, mock.MagicMock(), PlayContext(), loader=loader, templar=Templar(loader=loader),
+                          shared_loader_obj=None)
+    calls = []
+
+    def execute(module_name, module_args, task_vars):
+        calls.append((module_name, dict(module_args)))
+        if module_name == "ansible.builtin.setup":
+            return {"ansible_facts": dict(GATHERED)}
+        return {"changed": False, "converged": True, "reason": "", "drift": []}
+
+    action._execute_module = execute
+    variables = dict({"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []}, **task_vars)
+    return action.run(task_vars=variables), calls
+
+
+def test_gathered_facts_are_returned_and_the_digest_is_the_one_a_record_with_those_facts_makes(role_path):
+    # nccl_cuda_home stands for a role variable that reads a fact: the check must template it with the new facts.
+    variables = {"nccl_cuda_home": "/usr/lib/{{ ansible_facts['architecture'] }}"}
+    result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, **variables)
+    assert [name for name, dummy in calls] == ["ansible.builtin.setup", "dlinfra.gpu_cluster.converged_state"]
+    assert calls[0][1] == {"gather_subset": ["min"]}
+    assert result["ansible_facts"] == GATHERED and result["converged"] is True
+    assert "gather_facts" not in calls[1][1]
+    facts = {"distribution": "Debian", "distribution_version": "13.1", "kernel": "6.12.9", "architecture": "x86_64"}
+    dummy, recorded = run_gathering({"role": "nccl", "record": True}, role_path, ansible_facts=facts, **variables)
+    assert [name for name, dummy in recorded] == ["dlinfra.gpu_cluster.converged_state"]
+    assert calls[1][1]["inputs_digest"] == recorded[0][1]["inputs_digest"]
+    stale, other = run_gathering({"role": "nccl"}, role_path, ansible_facts=dict(facts, kernel="6.1.0"), **variables)
+    assert other[0][1]["inputs_digest"] != recorded[0][1]["inputs_digest"]
+
+
+def test_a_full_run_still_gathers_the_facts_and_asks_the_node_nothing_else(role_path):
+    result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, gpu_cluster_full_run=True)
+    assert [name for name, dummy in calls] == ["ansible.builtin.setup"]
+    assert result["converged"] is False and result["ansible_facts"] == GATHERED
+
+
+def test_a_failed_gather_stops_the_task(role_path):
+    task = mock.MagicMock()
+    task.args = {"role": "nccl", "gather_facts": True}
+    task.async_val = 0
+    loader = DataLoader()
+    action = ActionModule(task, mock.MagicMock(), PlayContext(), loader=loader, templar=Templar(loader=loader),
+                          shared_loader_obj=None)
+    action._execute_module = mock.Mock(return_value={"failed": True, "msg": "setup: no python"})
+    result = action.run(task_vars={"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []})
+    assert result["failed"] and result["msg"] == "setup: no python"
+    action._execute_module.assert_called_once()
