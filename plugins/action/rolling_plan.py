@@ -35,7 +35,8 @@ class ActionModule(ActionBase):
         flavor = target.pop("driver_flavor", None)
         args.update(target=target, gpu_processes=gpu_processes(gpu))
         found = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
-        result.update(found, gpu=gpu)
+        # The facts nvidia_gpu_facts sets (nvidia_gpu) are set here too, as its own task did: later roles read them.
+        result.update(found, gpu=gpu, ansible_facts=gpu.get("ansible_facts") or {})
         if found.get("failed") or flavor is None:
             return result
         host = task_vars.get("inventory_hostname", "this host")

@@ -22,6 +22,7 @@ INSTALLED = {"driver": "550.163.01-1", "driver_loaded": None, "driver_flavor": "
 def gpu_facts(device, processes=0, failed=False):
     facts = {"pci_gpus": [{"address": "0000:18:00.0", "device_id": device, "class": "0x030200"}], "driver_version": None,
              "gpus": [{"index": 0, "processes": [{"pid": 100 + n, "name": "python"} for n in range(processes)]}]}
+    facts["ansible_facts"] = {"nvidia_gpu": dict(facts)}
     return dict(facts, failed=True, msg="nvidia_gpu_facts: boom") if failed else facts
 
 
@@ -60,6 +61,7 @@ def test_the_gpus_are_read_under_the_roots_and_their_processes_passed_on():
     assert module["module_args"]["gpu_processes"] == 2 and "gpu_facts" not in module["module_args"]
     assert module["module_args"]["target"] == {"toolkit": "1.17.9"}
     assert result["gpu"]["pci_gpus"][0]["device_id"] == H200
+    assert result["ansible_facts"]["nvidia_gpu"]["pci_gpus"] == result["gpu"]["pci_gpus"]  # set for later roles
     assert result["plan"] == {"from": "the module"}  # no flavour asked for: the module's plan stands
 
 
