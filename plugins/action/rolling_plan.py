@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """rolling_plan's controller half. With gpu_facts, one task reads the node's GPUs (nvidia_gpu_facts) and its versions
 (the module), and resolves the driver flavour the GPUs get (plugin_utils/nvidia_driver_choice), which needs the
-controller: a re-run of site.yml on a converged node pays one task here instead of seven. Without it, the module alone."""
+controller: a re-run of site.yml pays one task here for what took five on every node. Without it, the module alone."""
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
