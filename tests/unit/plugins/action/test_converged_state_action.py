@@ -20,7 +20,8 @@ def role_path(tmp_path):
     return str(path)
 
 
-def run(args, role_path, check_mode=False, **task_vars):
+def action_for(args, check_mode=False):
+    """The converged_state action for a task with ``args``; its _execute_module is the test's to set."""
     task = mock.MagicMock()
     task.args = args
     task.async_val = 0
@@ -28,6 +29,11 @@ def run(args, role_path, check_mode=False, **task_vars):
     loader = DataLoader()
     action = ActionModule(task, mock.MagicMock(), PlayContext(), loader=loader, templar=Templar(loader=loader),
                           shared_loader_obj=None)
+    return action
+
+
+def run(args, role_path, check_mode=False, **task_vars):
+    action = action_for(args, check_mode)
     executed = mock.Mock(return_value={"changed": True, "converged": True, "reason": "", "drift": []})
     action._execute_module = executed
     variables = dict({"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []}, **task_vars)
@@ -84,13 +90,7 @@ GATHERED = {"ansible_distribution": "Debian", "ansible_distribution_version": "1
 
 def run_gathering(args, role_path, **task_vars):
     """run() with setup answering GATHERED and the module answering converged; (result, [(module, args)])."""
-    task = mock.MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = False
-    loader = DataLoader()
-    action = ActionModule(task, mock.MagicMock(), PlayContext(), loader=loader, templar=Templar(loader=loader),
-                          shared_loader_obj=None)
+    action = action_for(args)
     calls = []
 
     def execute(module_name, module_args, task_vars):
@@ -127,12 +127,7 @@ def test_a_full_run_still_gathers_the_facts_and_asks_the_node_nothing_else(role_
 
 
 def test_a_failed_gather_stops_the_task(role_path):
-    task = mock.MagicMock()
-    task.args = {"role": "nccl", "gather_facts": True}
-    task.async_val = 0
-    loader = DataLoader()
-    action = ActionModule(task, mock.MagicMock(), PlayContext(), loader=loader, templar=Templar(loader=loader),
-                          shared_loader_obj=None)
+    action = action_for({"role": "nccl", "gather_facts": True})
     action._execute_module = mock.Mock(return_value={"failed": True, "msg": "setup: no python"})
     result = action.run(task_vars={"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []})
     assert result["failed"] and result["msg"] == "setup: no python"
