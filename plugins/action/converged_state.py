@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """converged_state's controller half: the role's inputs digest (plugin_utils/converged_inputs.py), then the module.
 With gather_facts, the node's min facts are gathered first in the same task (a role's setup task less on every run) and
-the digest is made with them.
+the digest is made with them; where an earlier role of this run gathered them and every role since found the node
+converged, those are still the node's and are used as they are (plugin_utils/converged_facts.py).
 gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed.
 A record is written only by a run of every phase of the role (plugin_utils/converged_record.py): one that --tags or
 --skip-tags limit is skipped here, before the node is asked anything."""
@@ -11,6 +12,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_controller import controller_path_items
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import FACT, gathered_in, run_id
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inputs import (
     collection_version, inputs_digest, role_files_digest, role_variables)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_record import every_phase_runs
@@ -42,7 +44,9 @@ class ActionModule(ActionBase):
                           msg="%s: not recorded, --tags/--skip-tags ran only some of its phases" % role)
             return result
         templar = self._templar
-        if boolean(module_args.pop("gather_facts", False), strict=False) and not record:
+        run = run_id()
+        gather = boolean(module_args.pop("gather_facts", False), strict=False) and not record
+        if gather and not gathered_in(task_vars, run):
             gathered = self._execute_module(module_name="ansible.builtin.setup", module_args={"gather_subset": ["min"]},
                                             task_vars=task_vars)
             if gathered.get("failed"):
@@ -53,6 +57,7 @@ class ActionModule(ActionBase):
             templar = self._templar.copy_with_new_env(available_variables=task_vars)
         if not record and boolean(templar.template(task_vars.get(FULL_RUN, False)), strict=False):
             result.update(changed=False, converged=False, drift=[], reason="%s is true: the role runs in full" % FULL_RUN)
+            result.setdefault("ansible_facts", {})[FACT] = ""
             return result
         # Files the role writes on the controller are read here, where they are, and compared as the node's own items.
         controller_paths = module_args.pop("controller_paths", None) or []
@@ -64,6 +69,12 @@ class ActionModule(ActionBase):
                                                      collection_version(role_path))
         result.update(self._execute_module(module_name="dlinfra.gpu_cluster.converged_state", module_args=module_args,
                                            task_vars=task_vars))
+        if not record and not result.get("failed"):
+            # The role runs in full where it is not converged: the roles after it gather again.
+            if not result.get("converged"):
+                result.setdefault("ansible_facts", {})[FACT] = ""
+            elif gather:
+                result.setdefault("ansible_facts", {})[FACT] = run
         return result
 
     @staticmethod

@@ -2,16 +2,26 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """rolling_plan's controller half. With gpu_facts, one task reads the node's GPUs (nvidia_gpu_facts) and its versions
 (the module), and resolves the driver flavour the GPUs get (plugin_utils/nvidia_driver_choice), which needs the
-controller: a re-run of site.yml pays one task here for what took five on every node. Without it, the module alone."""
+controller: a re-run of site.yml pays one task here for what took five on every node. Without it, the module alone.
+A node the plan will change (a reboot may bring another kernel) has its min facts gathered again by the next role
+(plugin_utils/converged_facts.py)."""
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import plan_for
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import FACT
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import DriverChoiceError, node_flavor
 
 GPU_FACTS = "dlinfra.gpu_cluster.nvidia_gpu_facts"
 MODULE = "dlinfra.gpu_cluster.rolling_plan"
+
+
+def facts_kept(result):
+    """RESULT with the facts gathered earlier in the run given up where the plan changes the node."""
+    if (result.get("plan") or {}).get("drain") or result.get("resume"):
+        result["ansible_facts"] = dict(result.get("ansible_facts") or {}, **{FACT: ""})
+    return result
 
 
 def gpu_processes(gpu):
@@ -25,7 +35,7 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         if not boolean(args.pop("gpu_facts", False), strict=False):
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
-            return result
+            return facts_kept(result)
         roots = {key: args[key] for key in ("sysfs_root", "procfs_root") if args.get(key)}
         gpu = self._execute_module(module_name=GPU_FACTS, module_args=roots, task_vars=task_vars)
         if gpu.get("failed"):
@@ -38,7 +48,7 @@ class ActionModule(ActionBase):
         # The facts nvidia_gpu_facts sets (nvidia_gpu) are set here too, as its own task did: later roles read them.
         result.update(found, gpu=gpu, ansible_facts=gpu.get("ansible_facts") or {})
         if found.get("failed") or flavor is None:
-            return result
+            return facts_kept(result)
         host = task_vars.get("inventory_hostname", "this host")
         branches = [target.get("driver"), found["recorded"].get("branch"), gpu.get("driver_version")]
         try:
@@ -47,4 +57,4 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(str(error))
         result["plan"], result["not_installed"] = plan_for(found["installed"], pins)
         result["target"] = pins
-        return result
+        return facts_kept(result)

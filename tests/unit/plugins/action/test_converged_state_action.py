@@ -2,6 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The converged_state action: a record only from a run of every phase of the role; the read is never held back."""
 
+import os
 from unittest import mock
 
 import pytest
@@ -10,6 +11,7 @@ from ansible.template import Templar
 from ansible.parsing.dataloader import DataLoader
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.converged_state import ActionModule
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import run_id
 
 
 @pytest.fixture
@@ -88,8 +90,8 @@ GATHERED = {"ansible_distribution": "Debian", "ansible_distribution_version": "1
             "ansible_architecture": "x86_64", "ansible_os_family": "Debian", "gather_subset": ["min"]}
 
 
-def run_gathering(args, role_path, **task_vars):
-    """run() with setup answering GATHERED and the module answering converged; (result, [(module, args)])."""
+def run_gathering(args, role_path, converged=True, **task_vars):
+    """run() with setup answering GATHERED and the module answering CONVERGED; (result, [(module, args)])."""
     action = action_for(args)
     calls = []
 
@@ -97,7 +99,7 @@ def run_gathering(args, role_path, **task_vars):
         calls.append((module_name, dict(module_args)))
         if module_name == "ansible.builtin.setup":
             return {"ansible_facts": dict(GATHERED)}
-        return {"changed": False, "converged": True, "reason": "", "drift": []}
+        return {"changed": False, "converged": converged, "reason": "", "drift": []}
 
     action._execute_module = execute
     variables = dict({"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []}, **task_vars)
@@ -110,7 +112,7 @@ def test_gathered_facts_are_returned_and_the_digest_is_the_one_a_record_with_tho
     result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, **variables)
     assert [name for name, dummy in calls] == ["ansible.builtin.setup", "dlinfra.gpu_cluster.converged_state"]
     assert calls[0][1] == {"gather_subset": ["min"]}
-    assert result["ansible_facts"] == GATHERED and result["converged"] is True
+    assert result["ansible_facts"] == dict(GATHERED, dlinfra_facts_run=run_id()) and result["converged"] is True
     assert "gather_facts" not in calls[1][1]
     facts = {"distribution": "Debian", "distribution_version": "13.1", "kernel": "6.12.9", "architecture": "x86_64"}
     dummy, recorded = run_gathering({"role": "nccl", "record": True}, role_path, ansible_facts=facts, **variables)
@@ -123,7 +125,7 @@ def test_gathered_facts_are_returned_and_the_digest_is_the_one_a_record_with_tho
 def test_a_full_run_still_gathers_the_facts_and_asks_the_node_nothing_else(role_path):
     result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, gpu_cluster_full_run=True)
     assert [name for name, dummy in calls] == ["ansible.builtin.setup"]
-    assert result["converged"] is False and result["ansible_facts"] == GATHERED
+    assert result["converged"] is False and result["ansible_facts"] == dict(GATHERED, dlinfra_facts_run="")
 
 
 def test_a_failed_gather_stops_the_task(role_path):
@@ -132,3 +134,57 @@ def test_a_failed_gather_stops_the_task(role_path):
     result = action.run(task_vars={"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []})
     assert result["failed"] and result["msg"] == "setup: no python"
     action._execute_module.assert_called_once()
+
+
+RUN = "%d:1234" % os.getpid()
+
+
+@pytest.fixture
+def this_run():
+    with mock.patch("ansible_collections.dlinfra.gpu_cluster.plugins.action.converged_state.run_id", return_value=RUN):
+        yield RUN
+
+
+def test_a_role_found_converged_leaves_its_facts_to_the_next_role_of_the_run(role_path, this_run):
+    first, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path)
+    assert first["ansible_facts"] == dict(GATHERED, dlinfra_facts_run=this_run)
+    facts = {name[len("ansible_"):]: value for name, value in GATHERED.items() if name.startswith("ansible_")}
+    variables = {"ansible_facts": dict(facts, dlinfra_facts_run=this_run), "nccl_cuda_home": "/usr/lib/{{ ansible_facts['architecture'] }}"}
+    second, again = run_gathering({"role": "nccl", "gather_facts": True}, role_path, **variables)
+    assert [name for name, dummy in again] == ["dlinfra.gpu_cluster.converged_state"]
+    assert second["ansible_facts"] == {"dlinfra_facts_run": this_run}
+    # The digest is the one a fresh gather makes: the facts are the same.
+    fresh, gathered = run_gathering({"role": "nccl", "gather_facts": True}, role_path,
+                                    nccl_cuda_home="/usr/lib/{{ ansible_facts['architecture'] }}")
+    assert again[0][1]["inputs_digest"] == gathered[1][1]["inputs_digest"]
+
+
+@pytest.mark.parametrize("marker", ["", "999:1", None])
+def test_facts_of_another_run_or_after_a_full_run_are_gathered_again(role_path, this_run, marker):
+    result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path,
+                                  ansible_facts={"kernel": "6.1.0", "dlinfra_facts_run": marker})
+    assert [name for name, dummy in calls] == ["ansible.builtin.setup", "dlinfra.gpu_cluster.converged_state"]
+    assert result["ansible_facts"]["ansible_kernel"] == "6.12.9"
+
+
+def test_a_role_that_runs_in_full_makes_the_next_role_gather(role_path, this_run):
+    result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, converged=False,
+                                  ansible_facts={"dlinfra_facts_run": this_run})
+    assert [name for name, dummy in calls] == ["dlinfra.gpu_cluster.converged_state"]
+    assert result["ansible_facts"] == {"dlinfra_facts_run": ""}
+    # A role that gathers nothing itself (microk8s) clears it too, and keeps it where it is converged.
+    cleared, dummy = run_gathering({"role": "nccl"}, role_path, converged=False)
+    kept, dummy = run_gathering({"role": "nccl"}, role_path)
+    assert cleared["ansible_facts"] == {"dlinfra_facts_run": ""} and "ansible_facts" not in kept
+
+
+def test_without_proc_every_role_gathers(role_path):
+    with mock.patch("ansible_collections.dlinfra.gpu_cluster.plugins.action.converged_state.run_id", return_value=""):
+        result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path,
+                                      ansible_facts={"dlinfra_facts_run": ""})
+    assert [name for name, dummy in calls] == ["ansible.builtin.setup", "dlinfra.gpu_cluster.converged_state"]
+
+
+def test_the_run_id_names_the_process_that_forked_this_one_and_its_start():
+    parent, started = run_id().split(":")
+    assert int(parent) == os.getppid() and started.isdigit()

@@ -86,3 +86,12 @@ def test_a_flavour_the_gpus_cannot_take_fails_naming_host_gpus_and_variable():
 def test_a_failed_read_of_the_gpus_stops_before_the_module():
     result, calls = run({"target": {"toolkit": "1.17.9"}, "gpu_facts": True}, gpu_facts(H200, failed=True))
     assert result["failed"] and result["msg"] == "nvidia_gpu_facts: boom" and len(calls) == 1
+
+
+@pytest.mark.parametrize("pin, kept", [("550.163.01-1", True), ("580.95.05-1", False)])
+def test_a_node_the_plan_changes_has_its_facts_gathered_again_by_the_next_role(pin, kept):
+    result, dummy = run({"target": {"driver": pin, "driver_flavor": "open"}, "gpu_facts": True}, gpu_facts(H200))
+    assert bool(result["plan"]["drain"]) is not kept
+    assert ("dlinfra_facts_run" not in result["ansible_facts"]) is kept
+    assert result["ansible_facts"].get("dlinfra_facts_run", "") == ""
+    assert "nvidia_gpu" in result["ansible_facts"]
