@@ -33,6 +33,7 @@ from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
 WORK = ROOT / ".cache" / "validate"
 DATASET = "yt8m-mini"
 DOUBLE_DIR = "/usr/local/lib/dlinfra-validate-test-double"
+COLLECTOR = "dlinfra-gpu-metrics"  # gpu_monitoring's collector unit on each node
 KUBECTL = ["/snap/bin/microk8s", "kubectl"]
 CORDON_LABEL = "dlinfra.io/validate-failed"
 
@@ -144,6 +145,27 @@ def remove_gpu_doubles():
     sh("sim-gpu1", "rm -rf /usr/local/bin/nvidia-smi /usr/local/bin/dmesg %s" % DOUBLE_DIR)
 
 
+def collected(up, timeout=120):
+    """Run sim-gpu1's GPU metrics collector now and wait until the lab's Prometheus holds its nvidia_smi_up as UP.
+    monitoring.up compares that series with what nvidia-smi answers validate, and the doubles have just changed the
+    answer: left to the collector's timer and the scrape interval, the series catches up at some moment during or after
+    the next validate run, and monitoring.up would pass or fail by that timing."""
+    sh("sim-gpu1", "systemctl start %s.service" % COLLECTOR)
+    query = "http://127.0.0.1:9090/api/v1/query?query=nvidia_smi_up%7Bnode%3D%22sim-gpu1%22%7D"
+    deadline, seen = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        answer = sh("sim-head", "python3 -c \"import urllib.request; print(urllib.request.urlopen('%s').read().decode())\""
+                    % query, check=False)
+        try:
+            seen = [sample["value"][1] for sample in json.loads(answer)["data"]["result"]]
+        except (ValueError, KeyError):
+            seen = answer.strip()[:200]
+        if seen == [str(up)]:
+            return
+        time.sleep(2)
+    fail("Prometheus on sim-head still holds nvidia_smi_up %s for sim-gpu1 after %d s, not %d" % (seen, timeout, up))
+
+
 def main():
     if not (USER_INVENTORY / "hosts.yml").exists():
         fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
@@ -199,11 +221,14 @@ def main():
     clean_log = "".join(line for line in kernel_log.splitlines(True) if "Xid" not in line)
     try:
         install_gpu_doubles("h100_80gb_hbm3_single_580_capture.xml", clean_log)
+        collected(1)
         baseline = validate("gpu-healthy")[1]
         install_gpu_doubles("h100_80gb_hbm3_degraded_pcie_link.xml", kernel_log)
+        collected(1)
         degraded = validate("gpu-degraded")[1]
     finally:
         remove_gpu_doubles()
+    collected(0)
     before, after = statuses(baseline), statuses(degraded)
     changed = {key for key in before if before[key] != after.get(key)} | (set(after) - set(before))
     wanted = {("sim-gpu1", "gpu.pcie_link"), ("sim-gpu1", "gpu.xid")}
