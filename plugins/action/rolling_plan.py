@@ -31,11 +31,13 @@ def gpu_processes(gpu):
 class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+        return facts_kept(self._plan(super().run(tmp, task_vars), task_vars))
+
+    def _plan(self, result, task_vars):
         args = dict(self._task.args)
         if not boolean(args.pop("gpu_facts", False), strict=False):
             result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
-            return facts_kept(result)
+            return result
         roots = {key: args[key] for key in ("sysfs_root", "procfs_root") if args.get(key)}
         gpu = self._execute_module(module_name=GPU_FACTS, module_args=roots, task_vars=task_vars)
         if gpu.get("failed"):
@@ -48,7 +50,7 @@ class ActionModule(ActionBase):
         # The facts nvidia_gpu_facts sets (nvidia_gpu) are set here too, as its own task did: later roles read them.
         result.update(found, gpu=gpu, ansible_facts=gpu.get("ansible_facts") or {})
         if found.get("failed") or flavor is None:
-            return facts_kept(result)
+            return result
         host = task_vars.get("inventory_hostname", "this host")
         branches = [target.get("driver"), found["recorded"].get("branch"), gpu.get("driver_version")]
         try:
@@ -57,4 +59,4 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(str(error))
         result["plan"], result["not_installed"] = plan_for(found["installed"], pins)
         result["target"] = pins
-        return facts_kept(result)
+        return result
