@@ -216,6 +216,9 @@ def test_parse_progress(text, run_id, expected):
     assert (progress and progress["bytes_done"]) == expected
 
 
-@pytest.mark.parametrize("pid, alive", [(os.getpid(), True), (None, False), (0, False), (-1, False), (True, False), (2 ** 62, False)])
+OWN_PID = object()  # this process (a parameter id that is the same in every pytest-xdist worker)
+
+
+@pytest.mark.parametrize("pid, alive", [(OWN_PID, True), (None, False), (0, False), (-1, False), (True, False), (2 ** 62, False)])
 def test_pid_alive(pid, alive):
-    assert pid_alive(pid) is alive
+    assert pid_alive(os.getpid() if pid is OWN_PID else pid) is alive
