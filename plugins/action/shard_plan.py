@@ -17,12 +17,15 @@ from urllib.parse import unquote, urlsplit
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization, redact_url, split_user_info
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     host_shards, host_streamed, make_plan, peer_roles, rank_split)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources import expand_source, parse_index, shard_records
+
+display = Display()
 
 HEAD_CONCURRENCY = 32
 # Shards whose size the planner may learn with a HEAD request each; a dataset with more unknown sizes needs an index.
@@ -427,6 +430,8 @@ class ActionModule(ActionBase):
                      for key in ("lists", "stream_lists", "peer_lists") for path in planned[key].values()]
             prune_lists(plan_dir, named)
         result["msg"] = "\n".join(diff_after)
+        # Shown on every run, as the fetch's progress is: where the data goes is what the user wants to see.
+        display.display(result["msg"])
         if self._task.diff:
             result["diff"] = {"before": "\n".join(diff_before) + "\n", "after": "\n".join(diff_after) + "\n",
                               "before_header": "previous plans", "after_header": "new plans"}

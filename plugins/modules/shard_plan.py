@@ -13,6 +13,8 @@ description:
     requests, reads each target's room from what the shard_staging role's probe left in its host variables,
     chooses replicate or partition mode, places partitioned shards by weighted rendezvous hashing, and compares
     the result with the previous plan.
+  - Prints the plan's summary, one line per dataset (also returned as RV(msg)), on every run, as the fetch's progress
+    is printed.
   - Writes C(PLAN_DIR/NAME.plan.json) (not in check mode) and, for each node, its shard list under
     C(PLAN_DIR/lists/) named by content hash, which M(dlinfra.gpu_cluster.shard_fetch) takes as O(dlinfra.gpu_cluster.shard_fetch#module:shards_src).
   - Meant to be used through the P(dlinfra.gpu_cluster.shard_staging#role) role.
