@@ -13,7 +13,7 @@ AIRGAP ?= 0
 demo: venv images  ## the simulated lab: create it, run site.yml against it, print what changed (AIRGAP=1: air-gapped)
 	@AIRGAP=$(AIRGAP) tests/harness/demo.sh up
 
-bundle: venv  ## the offline bundle of the air-gapped lab (after make demo AIRGAP=1), on the store and its manifest in .cache/demo
+bundle: venv  ## the offline bundle of the lab (after make demo, or make demo AIRGAP=1), on the store and its manifest in .cache/demo
 	@.venv/bin/ansible-playbook playbooks/bundle.yml -i inventories/sim -i tests/fixtures/airgap_hosts.yml -e bundle_host=sim-store
 
 demo-down:  ## remove the simulated lab

@@ -1,33 +1,31 @@
-"""The `airgap` stage of make test: site.yml on the air-gapped simulated lab (AIRGAP=1 tests/harness/demo.sh), whose nodes
-have no route out and reach only the store, with nothing but the inventory's variables pointing the roles at it.
-Runs as root: the record of each node's packets lives in the node's network namespace (tests/fixtures/airgap-record.nft).
+"""The `airgap` stage of make test: the offline bundle (playbooks/bundle.yml), built from what the lab's converges
+fetched through the store's apt proxy, carried to a fresh air-gapped simulated lab (AIRGAP=1 tests/harness/demo.sh)
+whose nodes have no route out and reach only the store, and site.yml converging there from it with nothing but
+variables pointing the roles at it. Runs as root: the record of each node's packets lives in the node's network
+namespace (tests/fixtures/airgap-record.nft). It starts from the lab the earlier stages converged (as-a-user: every
+lab's nodes fetch Debian's packages through the store's apt-cacher-ng, inventories/sim/group_vars/gpu_cluster.yml),
+as a site first converges its nodes through such a proxy (docs/airgapped-install.md):
 
-  1. a fresh air-gapped lab (demo.sh down, then AIRGAP=1 demo.sh lab);
-  2. the record works: from a node, a connection to Debian's archive by address and a fetch of http://deb.debian.org/
+  1. the bundle, built twice on that lab's store, to the same manifest;
+  2. carried to a fresh air-gapped lab (demo.sh down, then AIRGAP=1 demo.sh lab) whose store serves it with its
+     apt-cacher-ng stopped;
+  3. the record works: from a node, a connection to Debian's archive by address and a fetch of http://deb.debian.org/
      fail at once, and so does a lookup of example.com; the packet is recorded in the node, the lookups in the store's
      DNS log (tests/fixtures/airgap_store.yml), each with the node; then both records are emptied;
-  3. site.yml converges, with microk8s from the snap files the controller keeps (.cache/demo/airgap-snaps/, fetched by
-     the store's fixture) on every node (idempotence is required of the run from the bundle, step 6, on the same kind
-     of lab with the same roles: one second run in the stage, not two);
-  4. the nodes made no outbound attempt during that run: every packet to an address off the internal network, and
-     every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the store),
-     fails the stage, named with the node, the address or name, and the task that was running then;
-  5. the same inventory without one of the variables that point a role at the store (preflight_apt_proxy,
+  4. site.yml converges from the bundle with tests/fixtures/airgap_bundle.yml (archive mirrors, the toolkit
+     repository and the installer from the bundle, no proxy; microk8s from the bundle's snap files), a second run
+     changes nothing, and the nodes made no outbound attempt: every packet to an address off the internal network, and
+     every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the
+     store), fails the stage, named with the node, the address or name, and the task that was running then;
+  5. the same variables without one of those that point a role at the bundle (preflight_apt_mirror,
      nvidia_container_toolkit_repo_mirror, anaconda_installer_mirror, microk8s_offline_snaps; WITHOUT): site.yml stops
      in that role, before any change and within seconds, on every host the role runs on, with a message naming the
-     host, the role and the variable;
-  6. the offline bundle (playbooks/bundle.yml): built twice on the store from what the converge fetched through its
-     proxy, to the same manifest; carried to a fresh air-gapped lab whose store serves it with apt-cacher-ng stopped;
-     site.yml converges from it with tests/fixtures/airgap_bundle.yml (archive mirrors, the toolkit repository and the
-     installer from the bundle, no proxy; microk8s from the bundle's snap files), a second run changes nothing, and the
-     nodes tried to reach nothing else.
+     host, the role and the variable.
 
   airgap_lab.py             the stage
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
-  airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged with the proxy)
-  airgap_lab.py --bundle    step 6 alone, on the air-gapped lab as it is (converged with the proxy)
+  airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged from the bundle)
 """
-import hashlib
 import json
 import os
 import re
@@ -269,23 +267,25 @@ def counter_fires():
             fail("the lookup of %s on %s was not recorded" % (name, PROBE_NODE))
 
 
-# The negative runs: the lab's inventory less one variable that points a role at the store. Each stops, before any change
-# and within seconds, on every host the role runs on, with the role's message naming the host and the variable to set.
-# (group_vars file, the lines removed, the role, the hosts' group, the task that stops, what else the run is given)
+# The negative runs: the bundle's variables less one that points a role at it (taken out of the inventory too, where
+# the lab points the role at the store). Each stops, before any change and within seconds, on every host the role runs
+# on, with the role's message naming the host and the variable to set.
+# (the variables removed, the role, the hosts' group, the task that stops, what else the run is given)
 WITHOUT = [
-    ("airgap_lab.yml", ["preflight_apt_proxy", "lab_fixture_apt_proxy"], "preflight", "gpu_cluster",
+    (["preflight_apt_mirror", "preflight_apt_security_mirror"], "preflight", "gpu_cluster",
      "Stop where a package source does not answer", []),
-    ("gpu_nodes.yml", ["nvidia_container_toolkit_repo_mirror"], "nvidia_container_toolkit", "gpu_nodes",
+    (["nvidia_container_toolkit_repo_mirror"], "nvidia_container_toolkit", "gpu_nodes",
      "Check that the package repositories answer", ["--tags", "nvidia_container_toolkit"]),
     # An installed prefix needs no installer: a node that still needs one is a new prefix.
-    ("gpu_nodes.yml", ["anaconda_installer_mirror"], "anaconda", "gpu_nodes",
+    (["anaconda_installer_mirror"], "anaconda", "gpu_nodes",
      "Check that the installer's download site answers", ["--tags", "anaconda", "-e", "anaconda_prefix=/opt/airgap-check-conda"]),
     # Without its files, microk8s (installed from them, tracking no channel) would move to microk8s_channel from the
     # store. The heads' play stops, and with it the run: the workers' play never starts. upgrade.yml's plays are left
     # out: they would take the same change through a drain first.
-    ("airgap_lab.yml", ["microk8s_offline_snaps"], "microk8s", "head",
+    (["microk8s_offline_snaps"], "microk8s", "head",
      "Stop where the snap store does not answer", ["--tags", "microk8s", "--skip-tags", "rolling_upgrade"]),
 ]
+BUNDLE_VARS = ROOT / "tests" / "fixtures" / "airgap_bundle.yml"
 
 
 def group_hosts(group):
@@ -299,14 +299,8 @@ def group_hosts(group):
     return sorted(hosts)
 
 
-def without(vars_file, removed, role, group, task_name, extra):
-    """site.yml with the inventory less the lines `removed` of group_vars/vars_file: it stops in role's task_name on
-    every host of group, naming the host, the role and the variable (removed[0]), and changes nothing."""
-    variable = removed[0]
-    inventory = WORK / ("inventory-without-" + variable)
-    shutil.rmtree(inventory, ignore_errors=True)
-    shutil.copytree(ROOT / "inventories" / "sim", inventory)
-    path = inventory / "group_vars" / vars_file
+def drop_variables(path, removed):
+    """Rewrite the YAML variables file path without the top-level keys removed; how many it dropped."""
     kept, dropped, inside = [], 0, False
     for line in path.read_text().splitlines(keepends=True):
         if re.match(r"^(%s):" % "|".join(removed), line):
@@ -314,13 +308,28 @@ def without(vars_file, removed, role, group, task_name, extra):
         elif not (inside and line[:1] in (" ", "-")):  # a value's further lines go with it
             inside = False
             kept.append(line)
-    if dropped != len(removed):
-        fail("%s does not set %s" % (path, ", ".join(removed)))
     path.write_text("".join(kept))
+    return dropped
+
+
+def without(removed, role, group, task_name, extra):
+    """site.yml with the bundle's variables, and the inventory, less the variables removed: it stops in role's task_name
+    on every host of group, naming the host, the role and the variable (removed[0]), and changes nothing."""
+    variable = removed[0]
+    inventory = WORK / ("inventory-without-" + variable)
+    shutil.rmtree(inventory, ignore_errors=True)
+    shutil.copytree(ROOT / "inventories" / "sim", inventory)
+    for path in sorted((inventory / "group_vars").glob("*.yml")):
+        drop_variables(path, removed)
+    bundle_vars = WORK / ("bundle-vars-without-%s.yml" % variable)
+    shutil.copyfile(BUNDLE_VARS, bundle_vars)
+    if drop_variables(bundle_vars, removed) != len(removed):
+        fail("%s does not set %s" % (BUNDLE_VARS, ", ".join(removed)))
     nodes = group_hosts(group)
     code, output, elapsed = playbook("without-" + variable, ["-i", str(inventory), "-i", "tests/fixtures/airgap_hosts.yml"],
                                      "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
                                      "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
+                                     "-e", "@%s" % bundle_vars,
                                      *extra, timeout=NEGATIVE_TIMEOUT, env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
     if code is None:
         fail("without %s site.yml ran past %d s instead of stopping" % (variable, NEGATIVE_TIMEOUT))
@@ -346,13 +355,19 @@ def without(vars_file, removed, role, group, task_name, extra):
         fail("the run without %s changed something: %s" % (variable, changed_tasks(output)))
     print("airgap-lab: without %s: stopped in %.0f s, in TASK [%s], on %s; the message on %s:\n  %s"
           % (variable, elapsed, tasks[nodes[0]], ", ".join(nodes), nodes[0], messages[nodes[0]]), flush=True)
-    sh(nodes[0], "test -f /etc/apt/apt.conf.d/01dlinfra-proxy")  # the proxy of the converged lab is still in place
+    require_bundle_sources(nodes[0])  # the converged lab's sources are still the bundle's
     packets, attempts, lookups, own = record()
     print("airgap-lab: what the nodes tried in that run (the checks' own look for the outside, refused):")
     for line in describe(packets, attempts, lookups, own, [WORK / ("without-%s.timed.log" % variable)]):
         print("  " + line)
     reset()
     return elapsed
+
+
+def require_bundle_sources(node):
+    sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
+    if "deb.debian.org" in sources or "http://sim-store/bundle/debian" not in sources:
+        fail("%s's sources are not the bundle's:\n%s" % (node, sources))
 
 
 def require_microk8s_from(files, source):
@@ -388,10 +403,8 @@ def build_bundle(name):
     return manifest.read_text(), recap(output).get(STORE, {}), time.monotonic() - started
 
 
-def offline_bundle():
-    """The bundle for a site that cannot reach even a mirror: built twice from what the converged lab fetched through the
-    proxy, to the same manifest; carried to a fresh air-gapped lab whose store serves it with apt-cacher-ng stopped;
-    site.yml converges from it (tests/fixtures/airgap_bundle.yml), with no attempt to reach anything else."""
+def bundle_twice():
+    """Step 1: the bundle, built twice on the store of the lab as it is, to the same manifest; (its manifest, times)."""
     times = {}
     (WORK / "bundle-manifest.sha256").unlink(missing_ok=True)
     first, stats, times["bundle"] = build_bundle("bundle-1")
@@ -408,32 +421,36 @@ def offline_bundle():
         if not any(path.startswith(wanted) for path in entries):
             fail("the bundle holds nothing under %s" % wanted)
     print("airgap-lab: the bundle: %d files (%d packages), the same manifest twice" % (len(entries), len(debs)), flush=True)
-
-    step("the bundle, carried to a fresh air-gapped lab whose store serves it with its caching proxy stopped")
     copy = WORK / "bundle"
     shutil.rmtree(copy, ignore_errors=True)
     subprocess.run(["docker", "cp", "%s:%s" % (STORE, BUNDLE_DIR), str(copy)], check=True)
+    return first, times
+
+
+def fresh_lab_serving_the_bundle():
+    """Step 2: a fresh air-gapped lab whose store serves the controller's copy of the bundle, its proxy stopped."""
     started = time.monotonic()
     for command in (["tests/harness/demo.sh", "down"], ["tests/harness/demo.sh", "lab"]):
         if subprocess.call(command, cwd=ROOT, env=environment()) != 0:
             fail(" ".join(command))
     sh(STORE, "systemctl disable --now apt-cacher-ng && ! systemctl is-active apt-cacher-ng")
-    subprocess.run(["docker", "cp", str(copy), "%s:%s" % (STORE, BUNDLE_DIR)], check=True)
+    subprocess.run(["docker", "cp", str(WORK / "bundle"), "%s:%s" % (STORE, BUNDLE_DIR)], check=True)
     sh(STORE, "cd %s && sha256sum --quiet -c MANIFEST.sha256" % BUNDLE_DIR)
-    times["fresh lab"] = time.monotonic() - started
-    reset()
+    return time.monotonic() - started
 
-    code, output, times["site from the bundle"] = playbook("bundle-site", INVENTORY + ["-e", "@tests/fixtures/airgap_bundle.yml"])
+
+def converge_from_the_bundle(manifest):
+    """Step 4: site.yml from the bundle, microk8s from its snap files; again, changing nothing; no outbound attempt."""
+    times = {}
+    code, output, times["site from the bundle"] = playbook("bundle-site", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
     if code != 0:
         print(output[-4000:])
         fail("site.yml failed on the fresh lab from the bundle")
     for node in group_hosts("gpu_cluster"):
-        sources = sh(node, "cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null")
-        if "deb.debian.org" in sources or "http://sim-store/bundle/debian" not in sources:
-            fail("%s's sources after the run from the bundle:\n%s" % (node, sources))
-    require_microk8s_from({path[len("snaps/"):]: digest for digest, path in (line.split(None, 1) for line in first.splitlines())
+        require_bundle_sources(node)
+    require_microk8s_from({path[len("snaps/"):]: digest for digest, path in (line.split(None, 1) for line in manifest.splitlines())
                            if path.startswith("snaps/microk8s_")}, "the bundle's snaps/")
-    times["site from the bundle again"] = run_again("bundle-site-2", INVENTORY + ["-e", "@tests/fixtures/airgap_bundle.yml"])
+    times["site from the bundle again"] = run_again("bundle-site-2", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
     require_no_attempts(["bundle-site", "bundle-site-2"], "while converging from the bundle")
     return times
 
@@ -447,36 +464,24 @@ def attempts_only():
 
 def main():
     WORK.mkdir(parents=True, exist_ok=True)
-    times = {}
-    step("a fresh air-gapped lab (AIRGAP=1 tests/harness/demo.sh lab)")
-    started = time.monotonic()
-    for command in (["tests/harness/demo.sh", "down"], ["tests/harness/demo.sh", "lab"]):
-        if subprocess.call(command, cwd=ROOT, env=environment()) != 0:
-            fail(" ".join(command))
-    times["lab"] = time.monotonic() - started
+    if subprocess.run(["docker", "inspect", STORE], capture_output=True, check=False).returncode != 0:
+        fail("no %s: this stage builds the bundle on the lab the as-a-user stage converged" % STORE)
+    step("the offline bundle: built twice on the lab's store from what its converges fetched through the proxy")
+    manifest, times = bundle_twice()
+
+    step("the bundle, carried to a fresh air-gapped lab whose store serves it with its caching proxy stopped")
+    times["fresh lab"] = fresh_lab_serving_the_bundle()
 
     step("a node's attempts to reach the outside fail at once, and are recorded (packets in the node, lookups on the store)")
     counter_fires()
     reset()
 
-    step("site.yml converges on the air-gapped lab")
-    code, output, times["site 1"] = playbook("site-1", INVENTORY)
-    if code != 0:
-        print(output[-4000:])
-        fail("site.yml failed on the air-gapped lab")
-
-    require_microk8s_from({path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-                           for path in (ROOT / ".cache" / "demo" / "airgap-snaps").glob("microk8s_*")}, "the controller's .cache/demo/airgap-snaps/")
-
-    step("the nodes tried to reach nothing but the store")
-    require_no_attempts(["site-1"], "during site.yml")
+    step("site.yml converges from the bundle, and again changes nothing; the nodes tried to reach nothing but the store")
+    times.update(converge_from_the_bundle(manifest))
 
     for case in WITHOUT:
-        step("the same inventory without %s: site.yml stops in %s, naming the host and the variable" % (case[1][0], case[2]))
-        times["without " + case[1][0]] = without(*case)
-
-    step("the offline bundle: built twice from what the lab fetched through the proxy, to the same manifest")
-    times.update(offline_bundle())
+        step("the bundle's variables without %s: site.yml stops in %s, naming the host and the variable" % (case[0][0], case[1]))
+        times["without " + case[0][0]] = without(*case)
 
     print("\nairgap-lab: passed; " + ", ".join("%s %.0f s" % item for item in times.items()))
     return 0
@@ -495,8 +500,4 @@ if __name__ == "__main__":
         sys.exit(attempts_only())
     if "--without" in sys.argv[1:]:
         sys.exit(without_only())
-    if "--bundle" in sys.argv[1:]:
-        WORK.mkdir(parents=True, exist_ok=True)
-        print(offline_bundle())
-        sys.exit(0)
     sys.exit(main())

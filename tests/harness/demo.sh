@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The simulated lab of `make demo`: one container per host of inventories/sim, systemd as PID 1, on one network.
-#   demo.sh lab      create (or restart) the containers, the network and the fixtures: the store's datasets and its
-#                    stand-ins of the vendor sites, the nodes' apt source of the test doubles and their fake GPUs.
+#   demo.sh lab      create (or restart) the containers, the network and the fixtures: the store's datasets, its
+#                    stand-ins of the vendor sites and its apt proxy (tests/fixtures/store_proxy.yml, which the nodes'
+#                    apt goes through), the nodes' apt source of the test doubles and their fake GPUs.
 #                    site.yml is not run: `ansible-playbook site.yml -i inventories/sim` (or the installed
 #                    collection's dlinfra.gpu_cluster.site) configures the lab from there.
 #   demo.sh up       lab, then site.yml with the per-host role summary, then the report, then validate.yml (the
@@ -11,8 +12,8 @@
 #   demo.sh attempts (air-gapped lab) the nodes' outbound attempts the store recorded; exit 1 if there are any
 # The fixtures leave what the controller reads under .cache/demo/ (inventories/sim: demo_cache_dir).
 # AIRGAP=1 (as root): the air-gapped lab. The nodes sit on an internal network with no route out (dlinfra-sim-internal,
-# docker network create --internal); the store is on it and on the outside network. The store serves apt through its
-# caching proxy and is the upstream of the nodes' DNS, logging every lookup the lab cannot answer
+# docker network create --internal); the store is on it and on the outside network. The store's caching proxy is then
+# the nodes' only way to the archive, and the store is the upstream of their DNS, logging every lookup the lab cannot answer
 # (tests/fixtures/airgap_store.yml); each node records, and refuses at once, every packet it sends off the internal
 # network (tests/fixtures/airgap-record.nft). The inventory gains tests/fixtures/airgap_hosts.yml: every node in the group
 # airgap_lab, whose variables (inventories/sim/group_vars/airgap_lab.yml) point the roles at the store.
@@ -151,12 +152,12 @@ lab() {
     done <<<"$pairs"
   fi
 
-  # The lab's dataset server and the stand-ins of vendor sites on the store, then what the nodes' site image holds
-  # (test fixtures, not part of site.yml). Air-gapped: first the store's apt proxy and DNS upstream.
-  local fixtures=(tests/fixtures/dataset_server.yml tests/fixtures/vendor_mirror.yml)
+  # The lab's dataset server, the stand-ins of vendor sites and the apt proxy on the store, then what the nodes' site
+  # image holds (test fixtures, not part of site.yml). Air-gapped: first the nodes' DNS upstream and their snap files.
+  local fixtures=(tests/fixtures/dataset_server.yml tests/fixtures/vendor_mirror.yml tests/fixtures/store_proxy.yml)
   [ "$airgap" = 0 ] || fixtures+=(tests/fixtures/airgap_store.yml)
   fixtures+=(tests/fixtures/lab_nodes.yml)
-  echo "demo: serving the fixtures (datasets, vendor stand-ins$([ "$airgap" = 1 ] && echo ", the apt proxy and the nodes' DNS upstream")) from the store; log in $cache/logs/lab.log"
+  echo "demo: serving the fixtures (datasets, vendor stand-ins, the apt proxy$([ "$airgap" = 1 ] && echo ", the nodes' DNS upstream")) from the store; log in $cache/logs/lab.log"
   quietly "$cache/logs/lab.log" "${fixtures[@]}"
 }
 

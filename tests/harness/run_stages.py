@@ -59,9 +59,10 @@ def stages():
         ("validate", ["python", HARNESS + "/validate_lab.py"]),
         # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
         ("rolling", ["python", HARNESS + "/rolling_lab.py"]),
-        # The air-gapped lab, made afresh (it replaces the lab above): site.yml converges and is idempotent with only
-        # inventory variables pointing the roles at the store, the nodes try to reach nothing else, and without each
-        # mirror variable the run stops naming it.
+        # The offline bundle, built on that lab's store from what its converges fetched through the store's apt proxy,
+        # carried to a fresh air-gapped lab (it replaces the lab above): site.yml converges from it and is idempotent
+        # with only variables pointing the roles at it, the nodes try to reach nothing else, and without each of those
+        # variables the run stops naming it.
         ("airgap", ["python", HARNESS + "/airgap_lab.py"]),
     ]
     molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
