@@ -13,8 +13,8 @@
 # The fixtures leave what the controller reads under .cache/demo/ (inventories/sim: demo_cache_dir).
 # AIRGAP=1 (as root): the air-gapped lab. The nodes sit on an internal network with no route out (dlinfra-sim-internal,
 # docker network create --internal); the store is on it and on the outside network. The store's caching proxy is then
-# the nodes' only way to the archive, and the store is the upstream of their DNS, logging every lookup the lab cannot answer
-# (tests/fixtures/airgap_store.yml); each node records, and refuses at once, every packet it sends off the internal
+# the nodes' only way to the archive, and the store is the upstream of their DNS, logging every lookup the lab cannot
+# answer (tests/fixtures/airgap_store.yml); each node records, and refuses at once, every packet it sends off the internal
 # network (tests/fixtures/airgap-record.nft). The inventory gains tests/fixtures/airgap_hosts.yml: every node in the group
 # airgap_lab, whose variables (inventories/sim/group_vars/airgap_lab.yml) point the roles at the store.
 # `up` ends with the record, and fails if a node tried to reach anything but the store. Checked by

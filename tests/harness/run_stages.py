@@ -7,8 +7,8 @@
 After the quick lints, two groups run AT_ONCE members at a time (the machine's 2 cores are the limit). First the checks
 that need no lab (unit, sanity, ansible-lint). Then the simulated lab's stages, one after another in one lane (each
 needs the lab the one before it left), beside the molecule scenarios, longest first (their containers and networks
-carry the scenario's name; the lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it ends, with its own time, and the
-group's wall time after them.
+carry the scenario's name; the lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it
+ends, with its own time, and the group's wall time after them.
 """
 import concurrent.futures
 import os
