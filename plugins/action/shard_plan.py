@@ -20,6 +20,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization, redact_url, split_user_info
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.inventory_slices import target_clusters
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
     host_shards, host_streamed, make_plan, peer_roles, rank_split)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
@@ -299,27 +300,39 @@ def peer_configs(dataset, plan, endpoints):
     return configs
 
 
-def plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
+def plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode, earlier=None):
     """Plan one dataset whose shards are known (``learn_shards``) on ``nodes`` (their room), write its plan (unless
-    ``check_mode``), each node's lists and peer configuration, and return what the task reports for it."""
+    ``check_mode``), each node's lists and peer configuration, and return what the task reports for it. ``earlier``: a
+    plan file to start from when plan_dir holds none yet (see cluster_plan_dir)."""
     # A large plan is hundreds of thousands of small dicts and lists and no reference cycle: the cycle collector
     # would walk them again and again (about 0.5 s of 4.5 at 1,000 nodes x 100,000 shards), so it waits meanwhile.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode)
+        return _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode, earlier)
     finally:
         if collecting:
             gc.enable()
 
 
-def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
+def _read_plan(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode, earlier):
     name = dataset["name"]
     plan_path = os.path.join(plan_dir, name + ".plan.json")
-    previous = None
-    if os.path.exists(plan_path):
-        with open(plan_path, encoding="utf-8") as handle:
-            previous = json.load(handle)
+    previous = _read_plan(plan_path)
+    moved = False
+    if previous is None and earlier:
+        # A plan written before plans were made per cluster: kept as this cluster's where it placed nothing elsewhere,
+        # and written to the cluster's directory even when nothing changes.
+        found = _read_plan(earlier)
+        if found is not None and set(found.get("nodes") or {}) <= set(nodes):
+            previous, moved = found, True
     settings = {key: dataset[key] for key in ("name", "mode", "replicas", "headroom", "allow_stream", "stream_cache_fraction",
                                               "peer_assist")
                 if dataset.get(key) is not None}
@@ -336,7 +349,8 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     # Checked before anything is written: a plan task that fails here leaves the saved plan as it was.
     peers = peer_configs(name, plan, endpoints)
     # Compact: json's C encoder writes it (a plan of 100,000 shards x 2 copies in 0.6 s instead of 9 s indented).
-    plan_file = {plan_path: json.dumps(plan, sort_keys=True, separators=(",", ":")).encode("utf-8")} if changed and not check_mode else {}
+    plan_file = ({plan_path: json.dumps(plan, sort_keys=True, separators=(",", ":")).encode("utf-8")}
+                 if (changed or moved) and not check_mode else {})
     # One batch, keyed by kind and host: a host has a held list, a streamed list and a peer configuration.
     every = {("held", host): contents for host, contents in held.items()}
     every.update({("streamed", host): contents for host, contents in streamed.items()})
@@ -363,6 +377,38 @@ def _plan_dataset(dataset, shards, nodes, plan_dir, endpoints, check_mode):
     }
 
 
+def cluster_plan_dir(plan_dir, cluster):
+    """Where a cluster's plans and lists go: a directory per cluster group, plan_dir itself for targets in none. Each
+    slice of a run sliced by cluster writes its own."""
+    return os.path.join(plan_dir, cluster) if cluster else plan_dir
+
+
+# Per node: what the role's fetch reads, from whichever cluster's plan holds the node.
+NODE_KEYS = ("nodes", "lists", "stream_lists", "peer_lists")
+
+
+def merge_clusters(planned):
+    """One dataset's outcome over its clusters' plans ({cluster: plan_dataset's outcome}): the nodes' keys merged, the
+    summaries one per line, the changes added up; each cluster's own outcome under "clusters"."""
+    def lines(key):
+        return "\n".join(("cluster %s: " % cluster if cluster else "") + one[key] for cluster, one in planned.items())
+
+    merged = {"changed": any(one["changed"] for one in planned.values()), "summary": lines("summary"),
+              "_before": lines("_before"), "changes": {}, "clusters": {},
+              # The dataset's, the same in every cluster's plan.
+              "headroom": next(iter(planned.values()))["headroom"]}
+    for key in NODE_KEYS:
+        merged[key] = {}
+    for cluster, one in planned.items():
+        for key in NODE_KEYS:
+            merged[key].update(one.pop(key))
+        for key, value in one["changes"].items():  # counts, and the list of the nodes dropped
+            merged["changes"][key] = merged["changes"].get(key, [] if isinstance(value, list) else 0) + value
+        one.pop("_before")
+        merged["clusters"][cluster] = one
+    return merged
+
+
 def target_ranks(host, read):
     """{"ranks", "ranks_from"} of one target from what the role read there (``RANKS_VAR``): shard_staging_ranks_per_node
     where it is set, else the GPU count of its facts, else 1. A node of the GPU group whose facts count no GPU needs the
@@ -386,7 +432,7 @@ def target_ranks(host, read):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout"))
+    _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout", "cluster_group_pattern"))
     # Each target's room, as the role's probe left it: {"reserve_bytes": N, "results": [shard_space results]}.
     ROOM_VAR = "__shard_staging_room"
     # Where each target serves its shards to the others (peer-assisted staging): {"address": ..., "port": N}.
@@ -412,12 +458,14 @@ class ActionModule(ActionBase):
                 room.update(ranks[host])
         self._endpoints = {host: task_vars["hostvars"].get(host, {}).get(self.PEER_VAR) for host in targets}
         plan_dir = os.path.abspath(os.path.expanduser(plan_dir))
+        pattern = args.get("cluster_group_pattern")
+        clusters = target_clusters(targets, task_vars.get("groups") or {}, pattern) if pattern else {"": list(targets)}
         result.update(changed=False, datasets={})
         diff_before, diff_after = [], []
         for dataset in datasets:
             name = dataset["name"]
             try:
-                planned = self._plan_one(dataset, space, plan_dir, timeout)
+                planned = self._plan_one(dataset, space, clusters, plan_dir, timeout)
             except ShardPlanError as exc:
                 # A message may quote a source pattern as the user wrote it: its user info never reaches the output.
                 raise AnsibleActionFail(_USER_INFO_RE.sub("://***@", to_native(exc)))
@@ -428,7 +476,8 @@ class ActionModule(ActionBase):
         if not self._task.check_mode:
             named = [path for planned in result["datasets"].values()
                      for key in ("lists", "stream_lists", "peer_lists") for path in planned[key].values()]
-            prune_lists(plan_dir, named)
+            for cluster in clusters:
+                prune_lists(cluster_plan_dir(plan_dir, cluster), named)
         result["msg"] = "\n".join(diff_after)
         # Shown on every run, as the fetch's progress is: where the data goes is what the user wants to see.
         display.display(result["msg"])
@@ -456,13 +505,22 @@ class ActionModule(ActionBase):
             info["ours_bytes"] = max(0, int(result["ours_bytes"]) - max(0, reserve - free))
         return info
 
-    def _plan_one(self, dataset, space, plan_dir, timeout):
+    def _plan_one(self, dataset, space, clusters, plan_dir, timeout):
+        """Each cluster's plan of one dataset, its shards learned once; the nodes' lists and figures of all of them."""
         name = dataset["name"]
-        nodes = {}
-        for host in sorted(space):
-            room = (space[host] or {}).get(name)
-            if not room:
-                raise ShardPlanError("dataset %r: no space report from target %s: it is unreachable or failed earlier; bring it back "
-                                     "or remove it from shard_staging_targets" % (name, host))
-            nodes[host] = room
-        return plan_dataset(dataset, learn_shards(dataset, timeout), nodes, plan_dir, self._endpoints, self._task.check_mode)
+        shards = None
+        planned = {}
+        for cluster, hosts in clusters.items():
+            nodes = {}
+            for host in sorted(hosts):
+                room = (space[host] or {}).get(name)
+                if not room:
+                    raise ShardPlanError("dataset %r: no space report from target %s: it is unreachable or failed earlier; bring it "
+                                         "back or remove it from shard_staging_targets" % (name, host))
+                nodes[host] = room
+            if shards is None:
+                shards = learn_shards(dataset, timeout)
+            planned[cluster] = plan_dataset(dataset, shards, nodes, cluster_plan_dir(plan_dir, cluster), self._endpoints,
+                                            self._task.check_mode,
+                                            earlier=os.path.join(plan_dir, name + ".plan.json") if cluster else None)
+        return merge_clusters(planned)

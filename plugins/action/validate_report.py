@@ -21,15 +21,17 @@ def _plain(value):
     return json.loads(json.dumps(value, default=to_native))
 
 
-def read_plans(plan_dir, names):
+def read_plans(plan_dir, wanted):
+    """{cluster: {dataset: its plan or None}} for each (cluster, dataset) of ``wanted``: shard_staging writes a cluster's
+    plans in its own directory of plan_dir, those of nodes in no cluster group ('') in plan_dir itself."""
     plans = {}
-    for name in names:
-        path = os.path.join(plan_dir, name + ".plan.json")
+    for cluster, name in wanted:
+        path = os.path.join(plan_dir, cluster, name + ".plan.json")
         try:
             with open(path) as handle:
-                plans[name] = json.load(handle)
+                plans.setdefault(cluster, {})[name] = json.load(handle)
         except (OSError, ValueError):
-            plans[name] = None
+            plans.setdefault(cluster, {})[name] = None
     return plans
 
 
@@ -43,8 +45,8 @@ class ActionModule(ActionBase):
             if not args.get(name):
                 raise AnsibleActionFail("validate_report: %s is required" % name)
         nodes = _plain(args["nodes"])
-        names = sorted({name for raw in nodes.values() if raw for name in raw["expected"]["datasets"]})
-        plans = read_plans(os.path.expanduser(args.get("plan_dir") or "."), names)
+        wanted = sorted({(raw["cluster"] or "", name) for raw in nodes.values() if raw for name in raw["expected"]["datasets"]})
+        plans = read_plans(os.path.expanduser(args.get("plan_dir") or "."), wanted)
         generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         report = evaluate(nodes, plans, _plain(args.get("gpu_models") or {}), args.get("inventory") or "", generated)
         report = mark_unread(report, nodes)  # the phases --tags left out: their checks skipped, saying so

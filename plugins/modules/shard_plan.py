@@ -15,8 +15,9 @@ description:
     the result with the previous plan.
   - Prints the plan's summary, one line per dataset (also returned as RV(msg)), on every run, as the fetch's progress
     is printed.
-  - Writes C(PLAN_DIR/NAME.plan.json) (not in check mode) and, for each node, its shard list under
-    C(PLAN_DIR/lists/) named by content hash, which M(dlinfra.gpu_cluster.shard_fetch) takes as O(dlinfra.gpu_cluster.shard_fetch#module:shards_src).
+  - Plans each cluster's targets apart (see O(cluster_group_pattern)).
+  - Writes C(PLAN_DIR/CLUSTER/NAME.plan.json) (not in check mode) and, for each node, its shard list under
+    C(PLAN_DIR/CLUSTER/lists/) named by content hash, which M(dlinfra.gpu_cluster.shard_fetch) takes as O(dlinfra.gpu_cluster.shard_fetch#module:shards_src).
   - Meant to be used through the P(dlinfra.gpu_cluster.shard_staging#role) role.
 author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)
@@ -45,6 +46,12 @@ options:
     description: Controller directory for plans and node lists.
     type: path
     required: true
+  cluster_group_pattern:
+    description:
+      - Regular expression of the inventory groups that are clusters. Each cluster's targets are planned together, in
+        C(PLAN_DIR/CLUSTER); those in no such group as one more cluster, in O(plan_dir) itself.
+      - Unset, all targets are one cluster, in O(plan_dir).
+    type: str
   timeout:
     description: Seconds for each index download and HEAD request.
     type: int
@@ -56,6 +63,7 @@ EXAMPLES = r"""
   dlinfra.gpu_cluster.shard_plan:
     datasets: "{{ shard_staging_datasets }}"
     targets: "{{ shard_staging_targets }}"
+    cluster_group_pattern: "^cluster_"
     plan_dir: "{{ shard_staging_plan_dir }}"
   run_once: true
   register: plan
@@ -71,17 +79,18 @@ datasets:
   returned: always
   type: dict
   contains:
-    mode:
-      description: replicate or partition.
-      type: str
     summary:
-      description: The dataset's summary line.
-      type: str
-    plan_file:
-      description: Path of the plan on the controller.
+      description: The dataset's summary line per cluster (C(cluster NAME:) first, for a cluster group).
       type: str
     changes:
-      description: Copies and bytes to fetch and remove versus the previous plan.
+      description: Copies and bytes to fetch and remove versus the previous plans, all clusters together.
+      type: dict
+    headroom:
+      description: The fraction of each node's usable space the plans leave free (the dataset's, or the default).
+      type: float
+    clusters:
+      description: Per cluster (C('') for the targets in no cluster group), its plan's C(mode) (replicate, partition or
+        stream), C(summary), C(plan_file), C(changes), C(headroom), C(transfer), C(balance) and C(changed).
       type: dict
     nodes:
       description: Per node, capacity, shards, bytes and what it fetches and removes.

@@ -211,8 +211,9 @@ def draw_datasets(figure, rows):
         return
     panels = figure.subfigures(len(rows), 1) if len(rows) > 1 else [figure]
     for panel, row in zip(panels, rows):
-        panel.suptitle("%s: %d replica%s (%s), %d shards, %s" % (
-            row["name"], row["replicas"], "" if row["replicas"] == 1 else "s", row["mode"], row["shard_count"],
+        where = " in %s" % row["cluster"] if row.get("cluster") else ""
+        panel.suptitle("%s%s: %d replica%s (%s), %d shards, %s" % (
+            row["name"], where, row["replicas"], "" if row["replicas"] == 1 else "s", row["mode"], row["shard_count"],
             human_bytes(row["total_bytes"])), fontsize=10)
         nodes = list(row["nodes"])
         xs = list(range(len(nodes)))

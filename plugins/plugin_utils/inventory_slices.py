@@ -40,3 +40,41 @@ def limit_problems(groups, limited, settings):
             "(MicroK8s joins and addons, the staging plan); fix: add the head (--limit %s) or slice by cluster "
             "(--limit %s)" % (cluster, ", ".join(taken), cluster_heads[0], ",".join(taken + [cluster_heads[0]]), cluster))
     return problems
+
+
+def target_clusters(targets, groups, cluster_pattern):
+    """{cluster: [its targets, in the order given]}: the staging plan places a cluster's shards on its own targets
+    (a training job reads them within its cluster); targets in no cluster group form one more, named ''."""
+    pattern = re.compile(cluster_pattern)
+    named = [(group, set(hosts)) for group, hosts in sorted(groups.items()) if pattern.search(group)]
+    found = {}
+    for host in targets:
+        cluster = next((group for group, hosts in named if host in hosts), "")
+        found.setdefault(cluster, []).append(host)
+    return found
+
+
+def staging_slice_problems(targets, groups, cluster_pattern, in_play, limited=None):
+    """What keeps the staging plan from running on this play: targets the limit selects (limited: its hosts, None
+    without --limit) that the play leaves out, then each cluster whose targets the play takes only in part (its plan
+    places shards on all of them at once). A cluster the limit leaves out entirely is another slice's."""
+    in_play = set(in_play)
+    selected = None if limited is None else set(limited)
+    missing = [host for host in targets if host not in in_play and (selected is None or host in selected)]
+    problems = []
+    if missing:
+        problems.append("shard_staging_targets: %s are not in this play; run the play on every target (hosts: "
+                        "stage_targets) or take them out of shard_staging_targets" % ", ".join(missing))
+    for cluster, members in target_clusters(targets, groups, cluster_pattern).items():
+        taken = [host for host in members if host in in_play]
+        left = [host for host in members if host not in in_play and host not in missing]
+        if not taken or not left:
+            continue
+        where = ("cluster %s" % cluster if cluster else
+                 "the targets in no cluster group (shard_staging_cluster_group_pattern %s)" % cluster_pattern)
+        fix = "--limit %s" % (cluster or ",".join(members))
+        problems.append(
+            "shard_staging_targets: %s: --limit takes %s but not %s, and the staging plan places the cluster's shards on "
+            "all its targets at once; fix: run the play on the whole cluster (%s), or take %s out of "
+            "shard_staging_targets" % (where, ", ".join(taken), ", ".join(left), fix, ", ".join(left)))
+    return problems

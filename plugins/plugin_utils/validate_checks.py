@@ -381,7 +381,8 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     """The report (schema: docs/validate_report.schema.json, without summary) from every node's raw data.
 
     nodes: host -> the role's __validate_raw, None for a host that failed or was unreachable before it was read.
-    plans: dataset name -> its plan (shard_plan's JSON), or None where there is none.
+    plans: cluster ('' for nodes in no cluster group) -> dataset name -> its plan (shard_plan's JSON), or None where
+    there is none: shard_staging plans each cluster apart.
     """
     report = {"schema_version": 1, "generated": generated, "inventory": inventory, "nodes": [], "checks": [],
               "measurements": {"nccl_busbw": [], "disk": [], "gpus": [], "datasets": []}}
@@ -436,19 +437,21 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         checks += storage
         if disk:
             report["measurements"]["disk"].append(dict(disk, node=host))
+        cluster_plans = plans.get(raw["cluster"] or "") or {}
         for name in raw["expected"]["datasets"]:
             found, counts = dataset_checks(raw, name)
             checks += found
             if raw["stage_target"]:
-                checks.append(dataset_balance_check(host, name, plans.get(name), raw["expected"].get("dataset_balance_max", 1.05)))
+                checks.append(dataset_balance_check(host, name, cluster_plans.get(name),
+                                                    raw["expected"].get("dataset_balance_max", 1.05)))
             if counts:
-                placement.setdefault(name, {})[host] = placement_figures(plans.get(name), host, counts)
+                placement.setdefault((name, raw["cluster"] or ""), {})[host] = placement_figures(cluster_plans.get(name), host, counts)
         for item in checks:
             report["checks"].append(dict(item, node=host))
-    for name, per_node in sorted(placement.items()):
-        plan = plans.get(name) or {}
+    for (name, cluster), per_node in sorted(placement.items()):
+        plan = (plans.get(cluster) or {}).get(name) or {}
         report["measurements"]["datasets"].append(
-            {"name": name, "mode": plan.get("mode") or "unknown", "replicas": int(plan.get("replicas") or 1),
+            {"name": name, "cluster": cluster or None, "mode": plan.get("mode") or "unknown", "replicas": int(plan.get("replicas") or 1),
              "shard_count": int(plan.get("shard_count") or 0), "total_bytes": int(plan.get("total_bytes") or 0),
              "balance": plan.get("balance"), "nodes": per_node})
     return report

@@ -173,7 +173,7 @@ def main():
     WORK.mkdir(parents=True)
     shutil.copytree(USER_INVENTORY, WORK / "inventory", symlinks=True)
     dest = "/srv/ssd/%s" % DATASET
-    plan = json.loads((WORK / "inventory" / ".shard_staging" / ("%s.plan.json" % DATASET)).read_text())
+    plan = json.loads((WORK / "inventory" / ".shard_staging" / "cluster_sim" / ("%s.plan.json" % DATASET)).read_text())
     on = {host: sorted(n for n, hosts in plan["assignment"].items() if host in hosts) for host in ("sim-gpu1", "sim-gpu2")}
 
     step("1. the healthy lab")

@@ -96,6 +96,23 @@ def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, setting
     assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
 
 
+def test_a_cluster_starts_from_a_plan_written_before_plans_were_per_cluster_where_it_placed_only_there(tmp_path):
+    shards = [{"name": "s-%d.tar" % i, "url": "http://store/s-%d.tar" % i, "size": 100, "sha256": "%064x" % i} for i in range(8)]
+    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
+    room = {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6}
+    cluster = {"a1": room, "a2": room}
+    plan_dataset(settings, shards, cluster, str(tmp_path), {}, check_mode=False)
+    legacy = str(tmp_path / "ds.plan.json")
+    kept = plan_dataset(settings, shards, cluster, str(tmp_path / "cluster_a"), {}, check_mode=False, earlier=legacy)
+    assert kept["changed"] is False and kept["changes"]["fetch_copies"] == 0
+    moved = json.loads((tmp_path / "cluster_a" / "ds.plan.json").read_text())
+    assert moved["assignment"] == json.loads((tmp_path / "ds.plan.json").read_text())["assignment"]
+    # A plan that also placed shards on another cluster's nodes is not this cluster's: it plans afresh.
+    plan_dataset(settings, shards, dict(cluster, b1=room), str(tmp_path), {}, check_mode=False)
+    fresh = plan_dataset(settings, shards, cluster, str(tmp_path / "cluster_b"), {}, check_mode=False, earlier=legacy)
+    assert fresh["changed"] is True and fresh["_before"] == "dataset ds: no plan yet"
+
+
 def signed_shards(signature):
     return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
              "size": 100, "sha256": "%064x" % i} for i in range(4)]
@@ -209,14 +226,14 @@ def test_plan_is_written_once_then_unchanged(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     plan = json.loads((tmp_path / "plans" / "ds.plan.json").read_text())
     assert first["changed"] is True and plan["mode"] == "partition"
-    assert first["datasets"]["ds"]["headroom"] == plan["headroom"] == 0.05  # a dataset that sets none: the default
+    assert first["datasets"]["ds"]["clusters"][""]["headroom"] == plan["headroom"] == 0.05  # a dataset that sets none: the default
     assert all(len(set(nodes)) == 2 for nodes in plan["assignment"].values())
     lists = first["datasets"]["ds"]["lists"]
     held = [json.loads(pathlib.Path(lists[host]).read_text()) for host in ("n0", "n1", "n2")]
     assert sum(len(shards) for shards in held) == 40
     # Two copies each: the first node of a shard's placement takes it from the source, the second from that node.
     total = sum(100000 + i for i in range(20))
-    assert first["datasets"]["ds"]["transfer"] == {"peer_assist": True, "source_bytes": total, "peer_bytes": total}
+    assert first["datasets"]["ds"]["clusters"][""]["transfer"] == {"peer_assist": True, "source_bytes": total, "peer_bytes": total}
     assert "fetch 40 copies (3.8 MiB: 1.9 MiB from the source, 1.9 MiB between peers)" in first["msg"]
     peers = {host: json.loads(pathlib.Path(first["datasets"]["ds"]["peer_lists"][host]).read_text()) for host in ("n0", "n1", "n2")}
     asked = {}

@@ -31,7 +31,7 @@ HEAD_CHECKS = {"node.reachable", "k8s.node_ready", "k8s.gpu_resources", "k8s.dev
 
 
 def evaluate(nodes):
-    return validate_checks.evaluate(nodes, {"yt8m-mini": PLAN}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    return validate_checks.evaluate(nodes, {"cluster_sim": {"yt8m-mini": PLAN}}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
 
 
 def failing(report):
@@ -84,7 +84,7 @@ def balance_checks(plan, limit=None):
     if limit is not None:
         for raw in nodes.values():
             raw["expected"]["dataset_balance_max"] = limit
-    report = validate_checks.evaluate(nodes, {"yt8m-mini": plan}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    report = validate_checks.evaluate(nodes, {"cluster_sim": {"yt8m-mini": plan}}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
     return {c["node"]: c for c in report["checks"] if c["check"] == "dataset.yt8m-mini.balance"}, report
 
 
@@ -94,6 +94,22 @@ def test_an_even_plan_passes_the_balance_check_and_the_report_has_each_ranks_byt
     assert checks["sim-gpu1"]["message"] == "880.0 KiB per rank over 2 rank(s), 1.000 x the average"
     row = report["measurements"]["datasets"][0]
     assert row["balance"] == 1.0 and row["nodes"]["sim-gpu1"]["rank_bytes"] == [901120, 901120]
+    jsonschema.validate(dict(report, summary=validate_report.summarize(report)), SCHEMA)
+
+
+def test_each_node_is_checked_against_its_own_clusters_plan():
+    nodes = copy.deepcopy(RAW)
+    nodes["sim-gpu2"]["cluster"] = "cluster_b"
+    # Each cluster's plan holds its own node only: the whole dataset on one, half of it on the other.
+    plans = {cluster: {"yt8m-mini": dict(plan, nodes={host: plan["nodes"][host]})}
+             for cluster, host, plan in (("cluster_sim", "sim-gpu1", plan_with(1802240, 0, balance=1.0)),
+                                         ("cluster_b", "sim-gpu2", plan_with(0, 3604480, balance=1.0)))}
+    report = validate_checks.evaluate(nodes, plans, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    checks = {c["node"]: c for c in report["checks"] if c["check"] == "dataset.yt8m-mini.balance"}
+    assert {node: c["status"] for node, c in checks.items()} == {"sim-gpu1": "pass", "sim-gpu2": "pass"}
+    assert checks["sim-gpu2"]["message"] == "1.7 MiB per rank over 2 rank(s), 1.000 x the average"
+    rows = {row["cluster"]: sorted(row["nodes"]) for row in report["measurements"]["datasets"]}
+    assert rows == {"cluster_b": ["sim-gpu2"], "cluster_sim": ["sim-gpu1"]}
     jsonschema.validate(dict(report, summary=validate_report.summarize(report)), SCHEMA)
 
 

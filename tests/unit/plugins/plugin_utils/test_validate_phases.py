@@ -19,7 +19,7 @@ SCHEMA = json.loads((ROOT / "docs" / "validate_report.schema.json").read_text())
 
 
 def report_for(nodes):
-    report = validate_checks.evaluate(nodes, {"yt8m-mini": PLAN}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    report = validate_checks.evaluate(nodes, {"cluster_sim": {"yt8m-mini": PLAN}}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
     return validate_phases.mark_unread(report, nodes)
 
 
@@ -45,7 +45,7 @@ def test_every_check_of_the_evaluator_has_a_phase():
 
 
 def test_raw_data_without_read_counts_every_phase_as_read():
-    plain = validate_checks.evaluate(copy.deepcopy(RAW), {"yt8m-mini": PLAN}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
+    plain = validate_checks.evaluate(copy.deepcopy(RAW), {"cluster_sim": {"yt8m-mini": PLAN}}, {}, "inventories/sim", "2026-11-24T20:00:00Z")
     assert report_for(copy.deepcopy(RAW)) == plain
     assert report_for(with_read(validate_phases.PHASES)) == plain
 
