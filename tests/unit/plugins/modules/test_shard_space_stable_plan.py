@@ -35,6 +35,7 @@ import types
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import PART_SUFFIX
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import host_shards, make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules.shard_space import measure
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
@@ -178,7 +179,12 @@ def test_kill_minus_9_five_times_then_rerun_plans_what_an_uninterrupted_run_plan
         assert {host: info["free_bytes"] + info["ours_bytes"] for host, info in measured.items()} == first_room, context
         assert plan["changes"]["fetch_copies"] == plan["changes"]["remove_copies"] == 0, context
         journaled_only = {host: dict(info, ours_bytes=None) for host, info in measured.items()}
-        moved_by_old_weights += make_plan(DATASET, shards, journaled_only)["assignment"] != uninterrupted["assignment"]
+        try:
+            moved_by_old_weights += make_plan(DATASET, shards, journaled_only)["assignment"] != uninterrupted["assignment"]
+        except ShardPlanError:
+            # Under the old weights the unjournaled bytes a kill left are lost room: the dataset no longer even fits.
+            # A busy machine's later kills leave more of them.
+            moved_by_old_weights += 1
         lists = {host: [by_name[name] for name in names] for host, names in host_shards(plan).items()}
         children = {host: start_engine(tmp_path, host, lists[host], dests[host], round_number, bandwidth_limit=BANDWIDTH[host])
                     for host in dests}
