@@ -13,8 +13,9 @@ as a site first converges its nodes through such a proxy (docs/airgapped-install
      fail at once, and so does a lookup of example.com; the packet is recorded in the node, the lookups in the store's
      DNS log (tests/fixtures/airgap_store.yml), each with the node; then both records are emptied;
   4. site.yml converges from the bundle with tests/fixtures/airgap_bundle.yml (archive mirrors, the toolkit
-     repository and the installer from the bundle, no proxy; microk8s from the bundle's snap files), a second run
-     changes nothing, and the nodes made no outbound attempt: every packet to an address off the internal network, and
+     repository and the installer from the bundle, no proxy; microk8s from the bundle's snap files), as two slices at
+     once, one per cluster (this lab has a second, tests/fixtures/airgap_hosts.yml), each cluster's staging plan on its
+     own targets; one run over both then changes nothing, and the nodes made no outbound attempt: every packet to an address off the internal network, and
      every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the
      store), fails the stage, named with the node, the address or name, and the task that was running then;
   5. the same variables without one of those that point a role at the bundle (preflight_apt_mirror,
@@ -26,6 +27,7 @@ as a site first converges its nodes through such a proxy (docs/airgapped-install
   airgap_lab.py --attempts  print what was recorded since the records were last emptied; exit 1 if anything (demo.sh attempts)
   airgap_lab.py --without   step 5 alone, on the air-gapped lab as it is (converged from the bundle)
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -48,6 +50,11 @@ DNS_QUERY = re.compile(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) dnsmasq\[\d+\]: (?:\d+ \S+
 TASK_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) .*?\| (TASK \[.*?\])")
 NEGATIVE_TIMEOUT = 300
 BUNDLE_DIR = "/var/www/html/bundle"  # bundle_dir of the store (inventories/sim/group_vars/dataset_store.yml)
+# The lab's two clusters: inventories/sim's, and the second that tests/fixtures/airgap_hosts.yml adds.
+CLUSTERS = ("cluster_sim", "cluster_sim2")
+# shard_staging_plan_dir of the air-gapped lab (inventories/sim/group_vars/airgap_lab.yml), and its dataset.
+PLAN_DIR = ROOT / ".cache" / "demo" / "airgap-shard-staging"
+DATASET = "yt8m-mini"
 
 STAGE = Stage("airgap-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
@@ -191,22 +198,37 @@ def describe(packets, attempts, lookups, own=(), logs=()):
     return lines
 
 
-def playbook(name, inventory, *extra, timeout=None, env=None):
-    """site.yml against inventory; (exit status, output, seconds). Its output and a timed log go to WORK."""
+def start_playbook(name, inventory, *extra, env=None):
+    """Start site.yml against inventory in the background; what finish_playbook takes. Its output and a timed log go
+    to WORK."""
     log, timed = WORK / (name + ".log"), WORK / (name + ".timed.log")
     timed.unlink(missing_ok=True)
     env = dict(environment(), ANSIBLE_LOG_PATH=str(timed), **(env or {}))
-    started = time.monotonic()
     with open(log, "w") as out:
-        try:
-            code = subprocess.call(["ansible-playbook", "site.yml"] + inventory + list(extra), cwd=ROOT, env=env,
-                                   stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            code = None
-    elapsed = time.monotonic() - started
+        process = subprocess.Popen(["ansible-playbook", "site.yml"] + inventory + list(extra), cwd=ROOT, env=env,
+                                   stdout=out, stderr=subprocess.STDOUT)
+    return name, process, time.monotonic()
+
+
+def finish_playbook(started, timeout=None):
+    """Wait for a run start_playbook started; (exit status or None when it ran past timeout, output, seconds)."""
+    name, process, began = started
+    try:
+        code = process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        code = None
+    elapsed = time.monotonic() - began
     status = "timed out" if code is None else "exit %d" % code
+    log = WORK / (name + ".log")
     print("airgap-lab: site.yml (%s): %s in %.0f s (log %s)" % (name, status, elapsed, log), flush=True)
     return code, log.read_text(errors="replace"), elapsed
+
+
+def playbook(name, inventory, *extra, timeout=None, env=None):
+    """site.yml against inventory; (exit status, output, seconds)."""
+    return finish_playbook(start_playbook(name, inventory, *extra, env=env), timeout)
 
 
 def run_again(name, arguments):
@@ -440,18 +462,32 @@ def fresh_lab_serving_the_bundle():
 
 
 def converge_from_the_bundle(manifest):
-    """Step 4: site.yml from the bundle, microk8s from its snap files; again, changing nothing; no outbound attempt."""
+    """Step 4: site.yml from the bundle, microk8s from its snap files, as two slices at once (one per cluster); one run
+    over both then changes nothing; no outbound attempt."""
     times = {}
-    code, output, times["site from the bundle"] = playbook("bundle-site", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
-    if code != 0:
-        print(output[-4000:])
-        fail("site.yml failed on the fresh lab from the bundle")
+    slices = [start_playbook("bundle-site-" + cluster, INVENTORY + ["-e", "@%s" % BUNDLE_VARS, "--limit", cluster])
+              for cluster in CLUSTERS]
+    with concurrent.futures.ThreadPoolExecutor(len(slices)) as pool:  # each slice's own time
+        results = list(pool.map(finish_playbook, slices))
+    for cluster, (code, output, seconds) in zip(CLUSTERS, results):
+        times["site from the bundle, --limit %s" % cluster] = seconds
+        if code != 0:
+            print(output[-4000:])
+            fail("site.yml --limit %s failed on the fresh lab from the bundle" % cluster)
+    for cluster in CLUSTERS:
+        plan = json.loads((PLAN_DIR / cluster / ("%s.plan.json" % DATASET)).read_text())
+        targets = sorted(set(group_hosts(cluster)) & set(group_hosts("stage_targets")))
+        if sorted(plan["nodes"]) != targets or sorted(plan["assignment"]) != sorted(plan["shards"]):
+            fail("%s's plan of %s does not place every shard on its own targets %s: %s"
+                 % (cluster, DATASET, targets, sorted(plan["nodes"])))
     for node in group_hosts("gpu_cluster"):
         require_bundle_sources(node)
     require_microk8s_from({path[len("snaps/"):]: digest for digest, path in (line.split(None, 1) for line in manifest.splitlines())
                            if path.startswith("snaps/microk8s_")}, "the bundle's snaps/")
-    times["site from the bundle again"] = run_again("bundle-site-2", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
-    require_no_attempts(["bundle-site", "bundle-site-2"], "while converging from the bundle")
+    # One run over both clusters finds nothing to change: the slices left the state one run leaves.
+    times["site from the bundle again, both clusters"] = run_again("bundle-site-2", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
+    require_no_attempts(["bundle-site-" + cluster for cluster in CLUSTERS] + ["bundle-site-2"],
+                        "while converging from the bundle")
     return times
 
 
