@@ -433,7 +433,8 @@ def target_ranks(host, read):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("datasets", "targets", "plan_dir", "timeout", "cluster_group_pattern"))
-    # Each target's room, as the role's probe left it: {"reserve_bytes": N, "results": [shard_space results]}.
+    # Each target's room, as the role's probe left it: {"reserve_bytes": N, "results": [shard_space results], "plan_dir":
+    # its shard_staging_plan_dir}.
     ROOM_VAR = "__shard_staging_room"
     # Where each target serves its shards to the others (peer-assisted staging): {"address": ..., "port": N}.
     PEER_VAR = "__shard_staging_peer_endpoint"
@@ -457,15 +458,19 @@ class ActionModule(ActionBase):
             for room in space[host].values():
                 room.update(ranks[host])
         self._endpoints = {host: task_vars["hostvars"].get(host, {}).get(self.PEER_VAR) for host in targets}
-        plan_dir = os.path.abspath(os.path.expanduser(plan_dir))
         pattern = args.get("cluster_group_pattern")
         clusters = target_clusters(targets, task_vars.get("groups") or {}, pattern) if pattern else {"": list(targets)}
+        # Each cluster's plans go where its first target's plan_dir says (its default follows the inventory source that
+        # defines the host): a run over several clusters and a run sliced by cluster find them in the same place.
+        bases = {cluster: os.path.abspath(os.path.expanduser(
+                 (task_vars["hostvars"].get(hosts[0], {}).get(self.ROOM_VAR) or {}).get("plan_dir") or plan_dir))
+                 for cluster, hosts in clusters.items()}
         result.update(changed=False, datasets={})
         diff_before, diff_after = [], []
         for dataset in datasets:
             name = dataset["name"]
             try:
-                planned = self._plan_one(dataset, space, clusters, plan_dir, timeout)
+                planned = self._plan_one(dataset, space, clusters, bases, timeout)
             except ShardPlanError as exc:
                 # A message may quote a source pattern as the user wrote it: its user info never reaches the output.
                 raise AnsibleActionFail(_USER_INFO_RE.sub("://***@", to_native(exc)))
@@ -476,8 +481,8 @@ class ActionModule(ActionBase):
         if not self._task.check_mode:
             named = [path for planned in result["datasets"].values()
                      for key in ("lists", "stream_lists", "peer_lists") for path in planned[key].values()]
-            for cluster in clusters:
-                prune_lists(cluster_plan_dir(plan_dir, cluster), named)
+            for cluster, base in bases.items():
+                prune_lists(cluster_plan_dir(base, cluster), named)
         result["msg"] = "\n".join(diff_after)
         # Shown on every run, as the fetch's progress is: where the data goes is what the user wants to see.
         display.display(result["msg"])
@@ -505,7 +510,7 @@ class ActionModule(ActionBase):
             info["ours_bytes"] = max(0, int(result["ours_bytes"]) - max(0, reserve - free))
         return info
 
-    def _plan_one(self, dataset, space, clusters, plan_dir, timeout):
+    def _plan_one(self, dataset, space, clusters, bases, timeout):
         """Each cluster's plan of one dataset, its shards learned once; the nodes' lists and figures of all of them."""
         name = dataset["name"]
         shards = None
@@ -520,7 +525,7 @@ class ActionModule(ActionBase):
                 nodes[host] = room
             if shards is None:
                 shards = learn_shards(dataset, timeout)
-            planned[cluster] = plan_dataset(dataset, shards, nodes, cluster_plan_dir(plan_dir, cluster), self._endpoints,
+            planned[cluster] = plan_dataset(dataset, shards, nodes, cluster_plan_dir(bases[cluster], cluster), self._endpoints,
                                             self._task.check_mode,
-                                            earlier=os.path.join(plan_dir, name + ".plan.json") if cluster else None)
+                                            earlier=os.path.join(bases[cluster], name + ".plan.json") if cluster else None)
         return merge_clusters(planned)

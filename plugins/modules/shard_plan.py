@@ -43,7 +43,10 @@ options:
     elements: str
     required: true
   plan_dir:
-    description: Controller directory for plans and node lists.
+    description:
+      - Controller directory for plans and node lists, where a cluster's first target's room report names none (the
+        role's report names the host's C(shard_staging_plan_dir), whose default follows the inventory source that
+        defines the host).
     type: path
     required: true
   cluster_group_pattern:

@@ -319,3 +319,46 @@ def test_the_nodes_of_a_replicated_plan_share_one_rank_split_and_one_list():
     assert sorted({entry["rank"] for entry in held["n0"]}) == [0, 1]
     assert plan["nodes"]["n0"]["rank_bytes"] == plan["nodes"]["n4"]["rank_bytes"]
     assert plan["nodes"]["n0"]["rank_bytes"] is not plan["nodes"]["n4"]["rank_bytes"]
+
+
+CLUSTER_PLAYBOOK = """
+- hosts: nodes
+  gather_facts: false
+  tasks:
+    - ansible.builtin.set_fact:
+        __shard_staging_room:
+          results: [{item: {name: ds}, free_bytes: 10000000, held_bytes: 0, total_bytes: 100000000}]
+          plan_dir: "{{ inventory_dir }}/.shard_staging"
+    - dlinfra.gpu_cluster.shard_plan:
+        datasets: [{name: ds, source: "file://%(data)s/s-{000..019}.tar", index: "%(data)s/index.json", mode: partition,
+                    replicas: 1, peer_assist: false}]
+        targets: "{{ ansible_play_hosts_all }}"
+        cluster_group_pattern: "^cluster_"
+        plan_dir: /nonexistent/the-first-hosts
+      run_once: true
+"""
+
+
+def test_each_clusters_plan_goes_where_its_first_target_says_whichever_host_runs_the_plan(tmp_path):
+    """Hosts from two inventory sources in different directories: each cluster's plan lands in its own first target's
+    plan_dir, in one run over both and in a run of one cluster alone."""
+    data = tmp_path / "data"
+    data.mkdir()
+    entries = [{"url": "s-%03d.tar" % i, "nsamples": 1, "filesize": 100000 + i} for i in range(20)]
+    (data / "index.json").write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": entries}))
+    (tmp_path / "play.yml").write_text(CLUSTER_PLAYBOOK % {"data": data})
+    local = "{ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}"
+    sources = []
+    for cluster, hosts in (("cluster_a", ("a1", "a2")), ("cluster_b", ("b1", "b2"))):
+        source = tmp_path / cluster
+        source.mkdir()
+        (source / "hosts.yml").write_text("nodes:\n  children:\n    %s:\n      hosts:\n%s" % (
+            cluster, "".join("        %s: %s\n" % (host, local) for host in hosts)))
+        sources += ["-i", str(source / "hosts.yml")]
+    command = [sys.executable, "-m", "ansible", "playbook", *sources, str(tmp_path / "play.yml")]
+    for limit in ([], ["--limit", "cluster_b"]):
+        done = subprocess.run(command + limit, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        for cluster, hosts in (("cluster_a", ["a1", "a2"]), ("cluster_b", ["b1", "b2"])):
+            plan = json.loads((tmp_path / cluster / ".shard_staging" / cluster / "ds.plan.json").read_text())
+            assert sorted(plan["nodes"]) == hosts
