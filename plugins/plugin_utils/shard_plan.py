@@ -434,7 +434,8 @@ def summarize(plan):
                if transfer.get("peer_assist") and changes["fetch_bytes"] else "")
     return (
         f"dataset {plan['dataset']}: {plan['mode']} ({copies}), {plan['shard_count']} shards, {human(plan['total_bytes'])} "
-        f"({human(plan['stored_bytes'])} stored) on {len(nodes)} nodes, fullest {fullest} at {fullest_share:.1%} of usable space; "
+        f"({human(plan['stored_bytes'])} stored) on {len(nodes)} node{'' if len(nodes) == 1 else 's'}, "
+        f"fullest {fullest} at {fullest_share:.1%} of usable space; "
         f"fetch {changes['fetch_copies']} copies ({human(changes['fetch_bytes'])}{between}), "
         f"remove {changes['remove_copies']} copies ({human(changes['remove_bytes'])}); {plan['mode']} because "
         f"{plan.get('mode_reason') or 'an earlier plan chose it'}{balance_words(plan)}"
