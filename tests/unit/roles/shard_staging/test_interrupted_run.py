@@ -16,21 +16,12 @@ import sys
 import threading
 from http.server import ThreadingHTTPServer
 
-from shard_stores import StoreHandler
+from shard_stores import StoreHandler, role_play
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 GATE_LIMIT_S = 120
 PLAY_TIMEOUT_S = 300
 SHARDS = 4
-PLAYBOOK = """
-- hosts: stage_targets
-  gather_facts: false
-  roles:
-    - role: shard_staging
-      vars:
-        shard_staging_datasets:
-          - {name: ds, source: "%(base)s/g-{0..3}.tar", index: "%(index)s", mode: replicate}
-"""
 WAITING = "n0 ds: waiting for an earlier run's fetch, still at work here: "
 
 
@@ -79,7 +70,9 @@ def test_a_killed_play_leaves_its_fetch_running_and_the_next_play_waits_for_it_t
         "stage_targets:\n  hosts:\n    n0: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
         "shard_staging_root: %s/n0, "
         "shard_staging_index: '{{ shard_staging_root }}/datasets.json', shard_staging_poll_interval: 1, shard_staging_progress_interval: 1}\n" % tmp_path)
-    (tmp_path / "play.yml").write_text(PLAYBOOK % {"base": "http://127.0.0.1:%d" % server.server_address[1], "index": index})
+    dataset = {"name": "ds", "source": "http://127.0.0.1:%d/g-{0..3}.tar" % server.server_address[1], "index": index,
+               "mode": "replicate"}
+    (tmp_path / "play.yml").write_text(role_play(dataset))
     first = second = None
     try:
         first = _play(tmp_path)

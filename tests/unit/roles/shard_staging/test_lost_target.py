@@ -2,23 +2,14 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The shard_staging role run for real by ansible-playbook, three targets on local connections and a file:// source:
 a target that fails while fetching does not stop the others, and a re-run completes it without touching them."""
-import hashlib
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 
+from shard_stores import file_source, free_ports, role_play
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
-PLAYBOOK = """
-- hosts: stage_targets
-  gather_facts: false
-  roles:
-    - role: shard_staging
-      vars:
-        shard_staging_datasets:
-          - {name: ds, source: "file://%(source)s/c-{00..11}.tar", index: "%(source)s/SHA256SUMS", mode: partition, replicas: 2}
-"""
 
 
 def run(tmp_path):
@@ -32,32 +23,16 @@ def run(tmp_path):
     return subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
 
 
-def free_ports(count):
-    sockets = [socket.socket() for unused in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 def held(tmp_path, node):
     directory = tmp_path / node / "ds"
     return sorted(p.name for p in directory.glob("*.tar")) if directory.exists() else []
 
 
 def test_a_target_failing_mid_run_is_completed_by_a_rerun(tmp_path):
-    source = tmp_path / "source"
-    source.mkdir()
-    sums = []
-    for i in range(12):
-        data = bytes([i]) * (5000 + i)
-        (source / ("c-%02d.tar" % i)).write_bytes(data)
-        sums.append("%s  c-%02d.tar\n" % (hashlib.sha256(data).hexdigest(), i))
-    (source / "SHA256SUMS").write_text("".join(sums))
-    (tmp_path / "play.yml").write_text(PLAYBOOK % {"source": source})
+    source = file_source(tmp_path / "source", 12)
+    dataset = {"name": "ds", "source": "file://%s/c-{00..11}.tar" % source, "index": source / "SHA256SUMS",
+               "mode": "partition", "replicas": 2}
+    (tmp_path / "play.yml").write_text(role_play(dataset))
 
     # n2's storage is gone after planning: where its dataset directory belongs there is a plain file.
     (tmp_path / "n2").write_text("not a directory")

@@ -17,17 +17,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.staging_metrics import collect_staging, staging_families
 
+from shard_stores import role_play
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 SECRET = "Pl4y-s3cret-%d" % os.getpid()
-PLAYBOOK = """
-- hosts: stage_targets
-  gather_facts: false
-  roles:
-    - role: shard_staging
-      vars:
-        shard_staging_datasets:
-          - {name: ds, source: "%(source)s", index: "%(index)s", mode: partition, replicas: 1}
-"""
 
 
 class _PrivateStore(BaseHTTPRequestHandler):
@@ -85,7 +78,8 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
     (tmp_path / "index.json").write_text(json.dumps(index))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     source = base.replace("http://", "http://reader:%s@" % SECRET) + "/p-{00..05}.tar"
-    (tmp_path / "play.yml").write_text(PLAYBOOK % {"source": source, "index": tmp_path / "index.json"})
+    dataset = {"name": "ds", "source": source, "index": tmp_path / "index.json", "mode": "partition", "replicas": 1}
+    (tmp_path / "play.yml").write_text(role_play(dataset))
     hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
                     "shard_staging_root: %s/n%d, "
                     "shard_staging_index: '{{ shard_staging_root }}/datasets.json', "

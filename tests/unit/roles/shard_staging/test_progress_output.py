@@ -21,7 +21,7 @@ import threading
 import time
 from http.server import ThreadingHTTPServer
 
-from shard_stores import StoreHandler
+from shard_stores import StoreHandler, role_play
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 SHARD_BYTES = 512 * 1024
@@ -36,15 +36,6 @@ POLL = 1
 SLACK_LOOKS = 3
 PLAY_TIMEOUT_S = 600  # a safety net only: the play takes about 25 s
 PREPARING = "preparing (reading dest and the journal, planning the transfers)"
-PLAYBOOK = """
-- hosts: stage_targets
-  gather_facts: false
-  roles:
-    - role: shard_staging
-      vars:
-        shard_staging_datasets:
-          - {name: ds, source: "%(base)s/p-{00..07}.tar", index: "%(index)s", mode: partition, replicas: 1}
-"""
 PROGRESS = re.compile(r"^(n[01]) ds: (\d+)/(\d+) shards, ([\d.]+ [kMG]?B)/([\d.]+ [kMG]?B), ([\d.]+ [kMG]?B)/s, ETA (.+)$")
 SUMMARY = re.compile(r"^(n[01]) ds: done in \S+( \S+)?, (\d+) fetched \((\d+) resumed\), (\d+) confirmed, (\d+) removed, (\d+) failed, "
                      r"([\d.]+ [kMG]?B) at ([\d.]+ [kMG]?B)/s$")
@@ -129,7 +120,9 @@ def test_a_slow_store_shows_growing_progress_with_an_eta_then_a_summary(tmp_path
     (tmp_path / "SHA256SUMS").write_text("".join(sums))
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     base = "http://127.0.0.1:%d" % server.server_address[1]
-    (tmp_path / "play.yml").write_text(PLAYBOOK % {"base": base, "index": tmp_path / "SHA256SUMS"})
+    dataset = {"name": "ds", "source": base + "/p-{00..07}.tar", "index": tmp_path / "SHA256SUMS",
+               "mode": "partition", "replicas": 1}
+    (tmp_path / "play.yml").write_text(role_play(dataset))
     hosts = "".join("    n%d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}', "
                     "shard_staging_root: %s/n%d, "
                     "shard_staging_index: '{{ shard_staging_root }}/datasets.json', shard_staging_concurrency: 1, shard_staging_poll_interval: %d, "

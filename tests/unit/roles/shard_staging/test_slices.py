@@ -4,26 +4,16 @@
 cluster is planned apart, in its own directory; two slices by cluster at once (two ansible-playbook processes) end where
 one run over both ends, also when one of them fails and is run again; a slice that takes part of a cluster is refused
 before anything is written."""
-import hashlib
 import json
 import pathlib
 import subprocess
 import sys
 import time
 
-from test_lost_target import free_ports
+from shard_stores import file_source, free_ports, role_play
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 CLUSTERS = {"cluster_x": ["n0", "n1"], "cluster_y": ["n2", "n3"]}
-PLAYBOOK = """
-- hosts: stage_targets
-  gather_facts: false
-  roles:
-    - role: shard_staging
-      vars:
-        shard_staging_datasets:
-          - {name: ds, source: "file://%(source)s/c-{00..11}.tar", index: "%(source)s/SHA256SUMS", mode: partition, replicas: 2}
-"""
 
 
 def lab(root, source):
@@ -37,7 +27,9 @@ def lab(root, source):
                        for name, members in CLUSTERS.items())
     (root / "hosts.yml").write_text("all:\n  children:\n    stage_targets:\n      hosts:\n" + hosts
                                     + clusters)
-    (root / "play.yml").write_text(PLAYBOOK % {"source": source})
+    dataset = {"name": "ds", "source": "file://%s/c-{00..11}.tar" % source, "index": source / "SHA256SUMS",
+               "mode": "partition", "replicas": 2}
+    (root / "play.yml").write_text(role_play(dataset))
     return root
 
 
@@ -61,14 +53,7 @@ def assignment(root, cluster):
 
 
 def test_two_slices_at_once_end_where_one_run_ends(tmp_path):
-    source = tmp_path / "source"
-    source.mkdir()
-    sums = []
-    for i in range(12):
-        data = bytes([i]) * (5000 + i)
-        (source / ("c-%02d.tar" % i)).write_bytes(data)
-        sums.append("%s  c-%02d.tar\n" % (hashlib.sha256(data).hexdigest(), i))
-    (source / "SHA256SUMS").write_text("".join(sums))
+    source = file_source(tmp_path / "source", 12)
 
     one = lab(tmp_path / "one", source)
     code, output = finish(start(one))
