@@ -9,29 +9,33 @@ that need no lab (unit, sanity, ansible-lint). Then the simulated lab's stages, 
 needs the lab the one before it left), beside the molecule scenarios, longest first (their containers and networks
 carry the scenario's name; the lab's carry the label org.dlinfra.demo). Each stage's output is printed whole when it
 ends, with its own time, and the group's wall time after them.
+
+The time guard (time_budget.py) knows CI's limit (90 minutes; MAKE_TEST_BUDGET=SECONDS for another): each stage's end
+line gives its share of the budget and what is predicted left; a stage starts only while the stages left, at this run's
+slowness against the record (stage_seconds.json), fit; and the running stages are stopped when it is spent. Either way
+the run fails with a message naming the slow stages. `--record` writes this run's times into the record.
 """
 import concurrent.futures
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import threading
 import time
 
+import time_budget
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HARNESS = "tests/harness"
 AT_ONCE = 2
-# Seconds each scenario took in a serial run (fresh-clone CI, 2026-11-26): the longest start first, so the last to
-# start are short. A scenario not listed starts first.
-MOLECULE_SECONDS = {"shard_staging": 303, "nvidia_container_toolkit": 176, "microk8s": 139, "preflight": 127,
-                    "anaconda": 126, "nvidia_driver": 120, "nccl": 98,
-                    "gpu_monitoring": 320}
 LOGS = ROOT / ".cache" / "stages"
 
 
-def molecule_scenarios():
+def molecule_scenarios(record):
+    """The scenarios, the longest in the record first, so that the last to start are short; one not recorded first."""
     names = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
-    return sorted(names, key=lambda name: -MOLECULE_SECONDS.get(name, 10 ** 6))
+    return sorted(names, key=lambda name: -record.get("molecule:" + name, 10 ** 6))
 
 
 def stages():
@@ -65,7 +69,7 @@ def stages():
         # variables the run stops naming it.
         ("airgap", ["python", HARNESS + "/airgap_lab.py"]),
     ]
-    molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios()]
+    molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios(GUARD.budget.record)]
     yield "parallel", [("lab", lab)] + molecule
 
 
@@ -91,6 +95,27 @@ def picked(group, members, only):
     return chosen
 
 
+def chosen_steps(only):
+    """The stages and groups (with their chosen members) that this run takes, in order."""
+    steps = []
+    for name, command in stages():
+        if holds_stages(command):
+            members = picked(name, command, only)
+            if members:
+                steps.append((name, members))
+        elif selected(name, only):
+            steps.append((name, command))
+    return steps
+
+
+def planned(step):
+    """A step as the time guard plans it: a stage's name, or a group (AT_ONCE, its lanes of (stage, 0 s run))."""
+    name, command = step
+    if not holds_stages(command):
+        return name
+    return AT_ONCE, [[(stage, 0.0) for stage, _ in (m[1] if holds_stages(m[1]) else [m])] for m in command]
+
+
 def cpu_times():
     """(busy, total) jiffies of the whole machine since boot, from /proc/stat (idle and iowait count as idle)."""
     fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -104,47 +129,52 @@ def cpu_use(before):
     return "machine CPU %.0f%% busy, %.0f core-seconds idle" % (100.0 * busy / max(total, 1), idle_seconds)
 
 
-def report(name, returncode, elapsed):
-    print("===== stage %s: %s in %.0f s" % (name, "passed" if returncode == 0 else "FAILED (exit %d)" % returncode, elapsed), flush=True)
-
-
 def run_logged(name, command, env):
-    """One stage of a group, its output to a log; (exit status, seconds, log)."""
+    """One stage, its output to a log; (exit status, seconds, log). The time guard may stop it (GUARD.stop)."""
     log = LOGS / (name.replace(":", "-") + ".log")
     started = time.monotonic()
     with open(log, "w") as out:
-        returncode = subprocess.call(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        returncode = GUARD.call(name, command, env, out)
     return returncode, time.monotonic() - started, log
 
 
-def run_group(group, members, env, at_once):
+def run_group(group, members, env, at_once, plan_after):
     """Members side by side, at_once at a time: a stage, or a lane of stages one after another that stops at its first
-    failure. Each stage printed whole as it ends. After a failure no new member or lane stage starts."""
+    failure. Each stage printed whole as it ends. After a failure, or once the time guard stopped the run, no new member
+    or lane stage starts. plan_after: the time guard's plan of the steps after this group."""
     LOGS.mkdir(parents=True, exist_ok=True)
     print("\n===== %s: %d at a time: %s" % (group, at_once, ", ".join(
         " -> ".join(s[0] for s in m[1]) if holds_stages(m[1]) else m[0] for m in members)), flush=True)
-    results, pending, lock = [], list(members), threading.Lock()
+    results, lock = [], threading.Lock()
+    lanes = [list(m[1]) if holds_stages(m[1]) else [m] for m in members]
+    left = [[name for name, _ in lane] for lane in lanes]  # per lane, its stages not ended yet
 
-    def run_member(member):
-        for name, command in member[1] if holds_stages(member[1]) else [member]:
-            if any(r[1] != 0 for r in results):  # a lane stops where any member failed
+    def plan():
+        return [(at_once, [[(name, GUARD.ran(name)) for name in names] for names in left])] + plan_after
+
+    GUARD.plan = plan
+
+    def run_lane(index):
+        for name, command in lanes[index]:
+            if any(r[1] != 0 for r in results) or not GUARD.allows(plan(), name):
                 return
             returncode, elapsed, log = run_logged(name, command, env)
             LOGGED[name] = log
             with lock:
+                left[index].remove(name)
                 print("\n===== stage %s: %s (output of %s)" % (name, " ".join(command), log), flush=True)
                 print(log.read_text(errors="replace"), end="", flush=True)
-                report(name, returncode, elapsed)
+                GUARD.ended(name, returncode, elapsed, plan())
                 results.append((name, returncode, elapsed))
             if returncode != 0:
                 return
 
     started, cpu = time.monotonic(), cpu_times()
     with concurrent.futures.ThreadPoolExecutor(max_workers=at_once) as pool:
-        running = set()
+        running, pending = set(), list(range(len(lanes)))
         while pending or running:
-            while pending and len(running) < at_once and all(r[1] == 0 for r in results):
-                running.add(pool.submit(run_member, pending.pop(0)))
+            while pending and len(running) < at_once and all(r[1] == 0 for r in results) and not GUARD.stopped:
+                running.add(pool.submit(run_lane, pending.pop(0)))
             if not running:
                 break
             running = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED).not_done
@@ -153,7 +183,89 @@ def run_group(group, members, env, at_once):
     return results
 
 
+class Guard(object):
+    """The time guard over one run (time_budget.Budget): each stage's end line says its share of the budget; a stage
+    starts only while the stages left fit; once the budget is spent, the running stages are stopped. Either way the
+    run fails, naming the slow stages."""
+
+    def __init__(self, budget):
+        self.budget, self.stopped, self.lock = budget, None, threading.Lock()
+        self.running = {}  # stage -> (process, started)
+        self.plan = list  # what is left of the run, for the watch (set as the run goes)
+
+    def start(self):
+        threading.Thread(target=self.watch, daemon=True).start()
+
+    def ran(self, name):
+        """Seconds a running stage has run so far (0 for one not started)."""
+        entry = self.running.get(name)
+        return time.monotonic() - entry[1] if entry else 0.0
+
+    def names_left(self, plan):
+        names = []
+        for step in plan:
+            names.extend([step] if isinstance(step, str) else [name for lane in step[1] for name, _ in lane])
+        return names
+
+    def allows(self, plan, name):
+        """Whether stage name may start: the stages left, it first, fit the budget. If not, the run stops."""
+        with self.lock:
+            if self.stopped:
+                return False
+            if not self.budget.fits(plan):
+                self.stop(self.budget.stop_message(plan, self.names_left(plan)))
+                return False
+            return True
+
+    def watch(self):
+        """Every WATCH_SECONDS in a thread of its own: past the budget (less the time to stop cleanly), the running
+        stages are stopped."""
+        while not self.stopped:
+            time.sleep(WATCH_SECONDS)
+            if self.budget.out_of_time():
+                with self.lock:
+                    plan = self.plan()
+                    self.stop(self.budget.stop_message(plan, self.names_left(plan)) + " Stopped while running: %s."
+                              % ", ".join(sorted(self.running)))
+
+    def stop(self, message):
+        """Fail the run: no stage starts any more, and the running ones get SIGTERM, then SIGKILL 20 s later."""
+        self.stopped = message
+        print("\n===== " + message, flush=True)
+        groups = [process.pid for process, _ in self.running.values()]
+
+        def signal_all():
+            for sig, delay in ((signal.SIGTERM, 0), (signal.SIGKILL, 20)):
+                time.sleep(delay)
+                for group in groups:
+                    try:
+                        os.killpg(group, sig)
+                    except ProcessLookupError:
+                        pass
+        if groups:
+            threading.Thread(target=signal_all, daemon=True).start()
+
+    def call(self, name, command, env, out):
+        """Run one stage's command in its own process group, so that the guard can stop it with what it started."""
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.running[name] = (process, time.monotonic())
+        try:
+            return process.wait()
+        finally:
+            del self.running[name]
+
+    def ended(self, name, returncode, elapsed, plan):
+        self.budget.end(name, elapsed)
+        print("===== stage %s: %s in %.0f s (%s)" % (
+            name, "passed" if returncode == 0 else "FAILED (exit %d)" % returncode, elapsed,
+            self.budget.share(elapsed, plan)), flush=True)
+
+
 STARTED, STARTED_CPU = time.monotonic(), cpu_times()
+# CI's limit, or MAKE_TEST_BUDGET (seconds) where a run has another.
+GUARD = Guard(time_budget.Budget(time_budget.load_record(), int(os.environ.get("MAKE_TEST_BUDGET", time_budget.CI_SECONDS))))
+WATCH_SECONDS = 5
 LOGGED = {}  # stage name -> its log, for the stages of groups
 FAILURE_LINES = ("fatal: [", "failed: [", "FAILED", "ERROR", "Error", "Traceback")
 
@@ -174,28 +286,31 @@ def main(argv):
     if "-h" in argv or "--help" in argv:  # before anything starts: a run takes most of an hour
         print(__doc__)
         return 0
-    only = argv[argv.index("--only") + 1:] if "--only" in argv else []
+    only = [name for name in argv[argv.index("--only") + 1:] if name != "--record"] if "--only" in argv else []
     env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")),
                PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
+    steps = chosen_steps(only)
+    GUARD.start()
     results = []
-    for name, command in stages():
+    for index, (name, command) in enumerate(steps):
+        after = [planned(step) for step in steps[index + 1:]]
         if holds_stages(command):  # a group: its members run side by side
-            members = picked(name, command, only)
-            if members:
-                results.extend(run_group(name, members, env, AT_ONCE))
-            if any(r[1] != 0 for r in results):
+            results.extend(run_group(name, command, env, AT_ONCE, after))
+        else:
+            GUARD.plan = lambda name=name, after=after: [(1, [[(name, GUARD.ran(name))]])] + after
+            if not GUARD.allows([name] + after, name):
                 break
-            continue
-        if not selected(name, only):
-            continue
-        print("\n===== stage %s: %s" % (name, " ".join(command)), flush=True)
-        started = time.monotonic()
-        returncode = subprocess.call(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
-        elapsed = time.monotonic() - started
-        results.append((name, returncode, elapsed))
-        report(name, returncode, elapsed)
-        if returncode != 0:
+            print("\n===== stage %s: %s" % (name, " ".join(command)), flush=True)
+            started = time.monotonic()
+            returncode = GUARD.call(name, command, env, None)
+            elapsed = time.monotonic() - started
+            results.append((name, returncode, elapsed))
+            GUARD.ended(name, returncode, elapsed, after)
+        if GUARD.stopped or any(r[1] != 0 for r in results):
             break
+    if GUARD.stopped:
+        results.append(("time guard", 1, GUARD.budget.used()))
+        print("\n===== " + GUARD.stopped, flush=True)
 
     for name, returncode, elapsed in results:
         if returncode != 0:
@@ -206,6 +321,9 @@ def main(argv):
     print("%-34s %8.0f  %s" % ("total (wall clock)", time.monotonic() - STARTED, cpu_use(STARTED_CPU)))
     failed = sum(1 for r in results if r[1] != 0)
     print("%d passed, %d failed" % (len(results) - failed, failed))
+    if "--record" in argv and not failed and not only:
+        time_budget.write_record(results, "make test --record, %s" % time.strftime("%Y-%m-%d"))
+        print("the stages' times are now the record (%s)" % time_budget.RECORD)
     return 1 if failed or not results else 0
 
 

@@ -37,3 +37,43 @@ def test_a_failed_stage_shows_its_error_lines_and_its_end_again(capsys, monkeypa
     out = capsys.readouterr().out
     assert "===== why airgap failed" in out and "apt timed out" in out
     assert out.rstrip().endswith("airgap-lab: FAILED: site.yml failed") and "line 60" not in out and "line 61" in out
+
+
+def guarded_run(monkeypatch, record, limit, steps):
+    """run_stages.main over the given stages (each `true`), with its own record and budget."""
+    monkeypatch.setattr(run_stages, "GUARD", run_stages.Guard(run_stages.time_budget.Budget(record, limit=limit)))
+    monkeypatch.setattr(run_stages, "stages", lambda: iter(steps))
+    monkeypatch.setattr(run_stages, "LOGS", pathlib.Path(run_stages.time_budget.RECORD).parent.parent.parent / ".cache"
+                        / "stages-test")
+    return run_stages.main([])
+
+
+def test_the_time_guard_stops_a_run_whose_stages_left_cannot_fit_and_fails_it(capsys, monkeypatch):
+    monkeypatch.setattr(run_stages.time_budget, "MEASURED_FROM", 0)
+    # lint takes ten times its record, so the lab's 700 s would take 7000: past the 5400 s budget
+    steps = [("lint", ["sleep", "0.5"]),
+             ("lab", [("group", [("as-a-user", ["true"]), ("rolling", ["true"])]), ("m", ["true"])])]
+    record = {"lint": 0.05, "as-a-user": 400, "rolling": 300, "m": 10}
+    assert guarded_run(monkeypatch, record, 5400, steps) == 1
+    out = capsys.readouterr().out
+    assert "time guard: STOPPING make test" in out and "as-a-user, rolling, m" in out
+    assert "===== stage lint: passed" in out and "===== stage as-a-user" not in out
+    assert out.rstrip().endswith("1 passed, 1 failed")
+
+
+def test_the_time_guard_lets_a_run_that_fits_pass_and_prints_each_stages_share(capsys, monkeypatch):
+    steps = [("lint", ["true"]), ("lab", [("group", [("as-a-user", ["true"]), ("rolling", ["true"])]), ("m", ["true"])])]
+    record = {"lint": 1, "as-a-user": 40, "rolling": 30, "m": 10}
+    assert guarded_run(monkeypatch, record, 5400, steps) == 0
+    out = capsys.readouterr().out
+    assert "time guard" not in out and out.rstrip().endswith("4 passed, 0 failed")
+    assert re.search(r"===== stage rolling: passed in \d+ s \(0% of the 90 min budget; 0% used, about \d+ s left", out)
+
+
+def test_the_time_guard_stops_a_stage_still_running_when_the_budget_is_spent(capsys, monkeypatch):
+    monkeypatch.setattr(run_stages, "WATCH_SECONDS", 0.2)
+    monkeypatch.setattr(run_stages.time_budget, "RESERVE", 0)
+    steps = [("slow", ["sleep", "60"])]
+    assert guarded_run(monkeypatch, {"slow": 1}, 2, steps) == 1
+    out = capsys.readouterr().out
+    assert "Stopped while running: slow." in out and "FAILED" in out
