@@ -113,7 +113,7 @@ def planned(step):
     name, command = step
     if not holds_stages(command):
         return name
-    return AT_ONCE, [[(stage, 0.0) for stage, _ in (m[1] if holds_stages(m[1]) else [m])] for m in command]
+    return AT_ONCE, [[(stage[0], 0.0) for stage in (m[1] if holds_stages(m[1]) else [m])] for m in command]
 
 
 def cpu_times():
@@ -147,7 +147,7 @@ def run_group(group, members, env, at_once, plan_after):
         " -> ".join(s[0] for s in m[1]) if holds_stages(m[1]) else m[0] for m in members)), flush=True)
     results, lock = [], threading.Lock()
     lanes = [list(m[1]) if holds_stages(m[1]) else [m] for m in members]
-    left = [[name for name, _ in lane] for lane in lanes]  # per lane, its stages not ended yet
+    left = [[stage[0] for stage in lane] for lane in lanes]  # per lane, its stages not ended yet
 
     def plan():
         return [(at_once, [[(name, GUARD.ran(name)) for name in names] for names in left])] + plan_after
@@ -204,7 +204,7 @@ class Guard(object):
     def names_left(self, plan):
         names = []
         for step in plan:
-            names.extend([step] if isinstance(step, str) else [name for lane in step[1] for name, _ in lane])
+            names.extend([step] if isinstance(step, str) else [stage[0] for lane in step[1] for stage in lane])
         return names
 
     def allows(self, plan, name):
@@ -232,7 +232,7 @@ class Guard(object):
         """Fail the run: no stage starts any more, and the running ones get SIGTERM, then SIGKILL 20 s later."""
         self.stopped = message
         print("\n===== " + message, flush=True)
-        groups = [process.pid for process, _ in self.running.values()]
+        groups = [entry[0].pid for entry in self.running.values()]
 
         def signal_all():
             for sig, delay in ((signal.SIGTERM, 0), (signal.SIGKILL, 20)):

@@ -69,7 +69,7 @@ class Budget(object):
                 continue
             at_once, lanes = step
             times = [sum(max(self.expected(name) - ran, 0.0) for name, ran in lane) for lane in lanes]
-            total += max(max(times or [0.0]), sum(times) / at_once)
+            total += max(times + [0.0, sum(times) / at_once])
         return total
 
     def fits(self, plan):

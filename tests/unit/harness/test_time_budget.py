@@ -35,7 +35,7 @@ def test_the_record_in_the_tree_names_every_stage_of_make_test():
 
 
 def test_slowness_is_one_until_a_stage_says_otherwise_and_setup_and_short_stages_never_do():
-    b, _ = budget()
+    b = budget()[0]
     assert b.slowness() == 1.0
     b.end("venv", 60)  # a fresh machine builds its venv: that says nothing about its speed
     b.end("lint", 50)  # too short in the record to tell
@@ -46,7 +46,7 @@ def test_slowness_is_one_until_a_stage_says_otherwise_and_setup_and_short_stages
 
 
 def test_a_group_takes_its_longest_lane_or_its_work_spread_over_the_workers():
-    b, _ = budget()
+    b = budget()[0]
     lab = [("as-a-user", 0.0), ("rolling", 0.0)]
     assert b.left([(2, [lab, [("molecule:a", 0.0)], [("molecule:b", 0.0)]])]) == 700  # the lab lane is longest
     assert b.left([(2, [[("molecule:a", 0.0)], [("molecule:b", 0.0)], [("unit", 0.0)]])]) == 200  # 400 over 2
@@ -55,7 +55,7 @@ def test_a_group_takes_its_longest_lane_or_its_work_spread_over_the_workers():
 
 
 def test_a_stage_the_record_lacks_counts_at_the_longest_recorded():
-    b, _ = budget()
+    b = budget()[0]
     assert b.left(["molecule:new"]) == 400
 
 
