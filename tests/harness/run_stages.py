@@ -226,13 +226,13 @@ class Guard(object):
                 with self.lock:
                     plan = self.plan()
                     self.stop(self.budget.stop_message(plan, self.names_left(plan)) + " Stopped while running: %s."
-                              % ", ".join(sorted(self.running)))
+                              % ", ".join(sorted(list(self.running))))
 
     def stop(self, message):
         """Fail the run: no stage starts any more, and the running ones get SIGTERM, then SIGKILL 20 s later."""
         self.stopped = message
         print("\n===== " + message, flush=True)
-        groups = [entry[0].pid for entry in self.running.values()]
+        groups = [entry[0].pid for entry in list(self.running.values())]  # a copy: stages end in other threads
 
         def signal_all():
             for sig, delay in ((signal.SIGTERM, 0), (signal.SIGKILL, 20)):
@@ -297,8 +297,8 @@ def main(argv):
         if holds_stages(command):  # a group: its members run side by side
             results.extend(run_group(name, command, env, AT_ONCE, after))
         else:
-            GUARD.plan = lambda name=name, after=after: [(1, [[(name, GUARD.ran(name))]])] + after
-            if not GUARD.allows([name] + after, name):
+            GUARD.plan = lambda name=name, after=after: [name] + after
+            if not GUARD.allows(GUARD.plan(), name):
                 break
             print("\n===== stage %s: %s" % (name, " ".join(command)), flush=True)
             started = time.monotonic()
@@ -308,7 +308,7 @@ def main(argv):
             GUARD.ended(name, returncode, elapsed, after)
         if GUARD.stopped or any(r[1] != 0 for r in results):
             break
-    if GUARD.stopped:
+    if GUARD.stopped:  # again here, where a CI's tail shows it: the stages stopped may print long after it
         results.append(("time guard", 1, GUARD.budget.used()))
         print("\n===== " + GUARD.stopped, flush=True)
 
