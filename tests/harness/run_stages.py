@@ -13,7 +13,8 @@ ends, with its own time, and the group's wall time after them.
 The time guard (time_budget.py) knows CI's limit (90 minutes; MAKE_TEST_BUDGET=SECONDS for another): each stage's end
 line gives its share of the budget and what is predicted left; a stage starts only while the stages left, at this run's
 slowness against the record (stage_seconds.json), fit; and the running stages are stopped when it is spent. Either way
-the run fails with a message naming the slow stages. `--record` writes this run's times into the record.
+the run fails with a message naming the slow stages, and the stages it stopped while they ran say "stopped by the time
+guard" (they count among the failed) rather than FAILED: their logs end where the guard's signal cut them. `--record` writes this run's times into the record.
 """
 import concurrent.futures
 import os
@@ -191,6 +192,7 @@ class Guard(object):
     def __init__(self, budget):
         self.budget, self.stopped, self.lock = budget, None, threading.Lock()
         self.running = {}  # stage -> (process, started)
+        self.cut_short = set()  # the stages that were running when the guard stopped the run
         self.plan = list  # what is left of the run, for the watch (set as the run goes)
 
     def start(self):
@@ -231,6 +233,7 @@ class Guard(object):
     def stop(self, message):
         """Fail the run: no stage starts any more, and the running ones get SIGTERM, then SIGKILL 20 s later."""
         self.stopped = message
+        self.cut_short.update(list(self.running))
         print("\n===== " + message, flush=True)
         groups = [entry[0].pid for entry in list(self.running.values())]  # a copy: stages end in other threads
 
@@ -255,10 +258,18 @@ class Guard(object):
         finally:
             del self.running[name]
 
+    def verdict(self, name, returncode):
+        """A stage's result: passed, FAILED, or stopped by the time guard. A stage the guard stopped did not fail by
+        itself (its exit is the guard's signal), and its log's last lines say nothing about why the run stopped."""
+        if returncode == 0:
+            return "passed"
+        return STOPPED if name in self.cut_short else "FAILED"
+
     def ended(self, name, returncode, elapsed, plan):
         self.budget.end(name, elapsed)
+        verdict = self.verdict(name, returncode)
         print("===== stage %s: %s in %.0f s (%s)" % (
-            name, "passed" if returncode == 0 else "FAILED (exit %d)" % returncode, elapsed,
+            name, "FAILED (exit %d)" % returncode if verdict == "FAILED" else verdict, elapsed,
             self.budget.share(elapsed, plan)), flush=True)
 
 
@@ -266,6 +277,7 @@ STARTED, STARTED_CPU = time.monotonic(), cpu_times()
 # CI's limit, or MAKE_TEST_BUDGET (seconds) where a run has another.
 GUARD = Guard(time_budget.Budget(time_budget.load_record(), int(os.environ.get("MAKE_TEST_BUDGET", time_budget.CI_SECONDS))))
 WATCH_SECONDS = 5
+STOPPED = "stopped by the time guard"
 LOGGED = {}  # stage name -> its log, for the stages of groups
 FAILURE_LINES = ("fatal: [", "failed: [", "FAILED", "ERROR", "Error", "Traceback")
 
@@ -275,6 +287,9 @@ def why_failed(name):
     stages print whole as they end, so a failure early in a long group would sit far above the summary."""
     log = LOGGED.get(name)
     if log is None:
+        return
+    if name in GUARD.cut_short:
+        print("\n===== %s was %s while it ran (its log: %s); the guard's message says why" % (name, STOPPED, log))
         return
     lines = log.read_text(errors="replace").splitlines()
     errors = [line for line in lines[:-40] if any(word in line for word in FAILURE_LINES)]
@@ -317,7 +332,7 @@ def main(argv):
             why_failed(name)
     print("\n%-34s %8s  %s" % ("stage", "seconds", "result"))
     for name, returncode, elapsed in results:
-        print("%-34s %8.0f  %s" % (name, elapsed, "passed" if returncode == 0 else "FAILED"))
+        print("%-34s %8.0f  %s" % (name, elapsed, GUARD.verdict(name, returncode)))
     print("%-34s %8.0f  %s" % ("total (wall clock)", time.monotonic() - STARTED, cpu_use(STARTED_CPU)))
     failed = sum(1 for r in results if r[1] != 0)
     print("%d passed, %d failed" % (len(results) - failed, failed))

@@ -76,4 +76,21 @@ def test_the_time_guard_stops_a_stage_still_running_when_the_budget_is_spent(cap
     steps = [("slow", ["sleep", "60"])]
     assert guarded_run(monkeypatch, {"slow": 1}, 2, steps) == 1
     out = capsys.readouterr().out
-    assert "Stopped while running: slow." in out and "FAILED" in out
+    assert "Stopped while running: slow." in out
+    assert re.search(r"^slow +\d+  stopped by the time guard$", out, re.M) and "why slow failed" not in out
+    assert re.search(r"^time guard +\d+  FAILED$", out, re.M) and out.rstrip().endswith("0 passed, 2 failed")
+
+
+def test_a_stage_the_guard_stops_beside_one_that_cannot_fit_is_shown_as_stopped_not_failed(capsys, monkeypatch):
+    # a1 takes ten times its record, so a2 would take 6000 s: a2 is refused while b1 runs in the other lane, and the
+    # guard stops b1. The run fails on the guard; b1 itself did not fail, and its log's end says nothing about why.
+    monkeypatch.setattr(run_stages.time_budget, "MEASURED_FROM", 0)
+    steps = [("lab", [("lane", [("a1", ["sleep", "0.5"]), ("a2", ["true"])]), ("b1", ["sleep", "30"])])]
+    record = {"a1": 0.05, "a2": 600, "b1": 0.05}
+    assert guarded_run(monkeypatch, record, 5400, steps) == 1
+    out = capsys.readouterr().out
+    assert "===== stage a1: passed" in out and "===== stage a2" not in out
+    assert re.search(r"^===== stage b1: stopped by the time guard in \d+ s", out, re.M)
+    assert "===== b1 was stopped by the time guard while it ran" in out and "why b1 failed" not in out
+    assert re.search(r"^b1 +\d+  stopped by the time guard$", out, re.M)
+    assert out.rstrip().endswith("1 passed, 2 failed")
