@@ -14,7 +14,8 @@ The time guard (time_budget.py) knows CI's limit (90 minutes; MAKE_TEST_BUDGET=S
 line gives its share of the budget and what is predicted left; a stage starts only while the stages left, at this run's
 slowness against the record (stage_seconds.json), fit; and the running stages are stopped when it is spent. Either way
 the run fails with a message naming the slow stages, and the stages it stopped while they ran say "stopped by the time
-guard" (they count among the failed) rather than FAILED: their logs end where the guard's signal cut them. `--record` writes this run's times into the record.
+guard" (they count among the failed) rather than FAILED: their logs end where the guard's signal cut them.
+`--record` writes this run's times into the record.
 """
 import concurrent.futures
 import os
