@@ -135,6 +135,13 @@ options:
         of C(shards.txt)).
       - Each file is replaced atomically, and only when its content changes; rank files beyond this number are removed.
     type: int
+  handoff_world:
+    description:
+      - With O(handoff_ranks), also write C(world.json) into O(dest): this node's place in the training world of its
+        cluster's plan (C(node_rank), C(nodes), C(world_size), C(rendezvous), C(ranks) with each list's C(local_rank),
+        C(global_rank) and C(list), C(epoch) and C(plan_digest)), as the role's plan gives it per node.
+      - Written like the lists, atomically and only when it changes.
+    type: dict
   concurrency:
     description:
       - Number of shards transferred in parallel.
@@ -432,6 +439,7 @@ def main():
             peer_wait=dict(type="float", default=300.0),
             peer_linger=dict(type="float", default=60.0),
             handoff_ranks=dict(type="int"),
+            handoff_world=dict(type="dict"),
             concurrency=dict(type="int", default=8),
             retries=dict(type="int", default=5),
             timeout=dict(type="float", default=60.0),
@@ -504,7 +512,7 @@ def main():
         try:
             listed = shards.load() if isinstance(shards, ShardListFile) else shards
             result["handoff_changed"] = write_handoff(params["dest"], listed, params["handoff_ranks"], module.check_mode,
-                                                      streamed=streamed)
+                                                      streamed=streamed, world=params["handoff_world"])
         except (StagingError, OSError) as exc:
             module.fail_json(msg="shards are staged in %s but the hand-off lists could not be written: %s" % (params["dest"], exc), **result)
         result["changed"] = result["changed"] or bool(result["handoff_changed"])

@@ -118,7 +118,7 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-HANDOFF_FILES = ("shards.txt", "sources.txt", "ranks.json")
+HANDOFF_FILES = ("shards.txt", "sources.txt", "ranks.json", "world.json")
 RANKS_DIR = "ranks"
 _RANK_FILE = re.compile(r"^rank-\d{4,}\.txt$")
 

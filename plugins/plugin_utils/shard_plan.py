@@ -3,8 +3,9 @@
 """Controller-side plan of the shard_staging role: the mode, the placement (``shard_placement``), each rank's part, and
 what changes against the previous plan, in one JSON-serialisable document with a one-line summary.
 
-The pieces, in the order the role uses them: ``shard_sources`` learns the shards, ``make_plan`` plans them,
-``host_shards`` / ``rank_split`` give each node its lists, ``changes_by_node`` and ``summarize`` say what moves.
+The pieces, in the order the role uses them: ``shard_sources`` learns the shards, ``make_plan`` plans them (and numbers
+its training world, ``shard_world``), ``host_shards`` / ``rank_split`` give each node its lists, ``changes_by_node`` and
+``summarize`` say what moves.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_placement import (
     choose_mode, mode_reason, node_capacity, node_ranks, node_room, place_shards, split_ranks, stream_cache)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError, byte_count, human
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_world import add_world
 
 MODES = ("auto", "replicate", "partition", "stream")
 PLAN_VERSION = 1
@@ -98,6 +100,7 @@ def make_plan(dataset, shards, nodes, previous=None, rank_split_out=None):
     split = _add_ranks(plan, {record["name"]: record.get("samples") for record in shards})
     if rank_split_out is not None:
         rank_split_out.update(split)
+    add_world(plan)
     _add_changes(plan, previous)
     _add_transfer(plan, previous, peer_assist)
     plan["summary"] = summarize(plan)

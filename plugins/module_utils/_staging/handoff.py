@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The lists a training job reads from dest: shards.txt, sources.txt and one list per rank."""
+"""The lists a training job reads from dest: shards.txt, sources.txt, one list per rank, and where the node stands in
+the training world (world.json)."""
 
 import json
 import os
@@ -16,6 +17,7 @@ HANDOFF_LIST = "shards.txt"
 HANDOFF_SOURCES = "sources.txt"
 HANDOFF_RANKS = "ranks"
 HANDOFF_COUNTS = "ranks.json"
+HANDOFF_WORLD = "world.json"
 _RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
 
 
@@ -23,13 +25,14 @@ def _rank_file(rank):
     return os.path.join(HANDOFF_RANKS, "rank-%04d.txt" % rank)
 
 
-def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
+def write_handoff(dest, shards, ranks, check_mode=False, streamed=(), world=None):
     """Write the lists a training job reads: shards.txt (what to read: local paths, and the URLs of the ``streamed``
     shards, which stay at their source), sources.txt (every shard's URL), ranks/rank-NNNN.txt (disjoint parts of
     shards.txt, one per rank: the planner's "rank" of each entry where every entry has one, else round-robin) and
     ranks.json (each rank's shards, bytes and samples, so that a job can set its epoch length without reading the
-    files), in the order given (merged by name with ``streamed``). Returns the files it changed (would change, in
-    check mode). Rank files beyond ``ranks`` are removed.
+    files), in the order given (merged by name with ``streamed``), and with ``world`` (the node's part of its cluster's
+    plan, shard_world.node_world) world.json. Returns the files it changed (would change, in check mode). Rank files
+    beyond ``ranks`` are removed.
 
     Nothing is written through a symbolic link: a link (or anything but a regular file) at a list's name, or a ``ranks``
     that is a link or not a directory, raises StagingError naming it, in check mode too, before any list is changed.
@@ -51,6 +54,11 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=()):
     for rank, part in enumerate(parts):
         wanted[_rank_file(rank)] = [read for _name, read, _url, _shard in part]
     wanted[HANDOFF_COUNTS] = [rank_counts(parts, planned)]
+    if world is not None:
+        if len(world.get("ranks") or ()) != ranks:
+            raise StagingError("the world of the plan gives this node %d ranks, the hand-off %d: re-run the play, whose plan "
+                               "gives both" % (len(world.get("ranks") or ()), ranks))
+        wanted[HANDOFF_WORLD] = [json.dumps(world, sort_keys=True)]
     if not check_mode:
         os.makedirs(dest, exist_ok=True)
     try:

@@ -354,6 +354,13 @@ def test_replicated_plan():
     nodes = {"n1": {"free_bytes": 8192, "held_bytes": 2048}, "n2": {"free_bytes": 100_000, "total_bytes": 200_000}}
     plan = make_plan({"name": "tiny", "headroom": 0.1}, shards, nodes)
     assert json.loads(json.dumps(plan)) == plan
+    # The training world (tests/unit/plugins/plugin_utils/test_shard_world.py), apart from the placement asserted below.
+    world = plan.pop("world")
+    assert world["plan_digest"].startswith("sha256:") and dict(world, plan_digest=None) == {
+        "nodes": 2, "size": 2, "rendezvous": "n1", "epoch": {"unit": "bytes", "per_rank": 4096, "unread": 0},
+        "plan_digest": None}
+    assert [(plan["nodes"][host].pop("node_rank"), plan["nodes"][host].pop("first_rank"),
+             plan["nodes"][host].pop("world")["world_size"]) for host in ("n1", "n2")] == [(0, 0, 2), (1, 1, 2)]
     assert plan == {
         "plan_version": 1,
         "dataset": "tiny",

@@ -145,3 +145,24 @@ def test_a_ranks_that_is_not_a_directory_is_refused(tmp_path):
     (tmp_path / "ranks").write_text("not a directory")
     with pytest.raises(StagingError, match="ranks is not a directory; move it away"):
         write_handoff(str(tmp_path), SHARDS, ranks=1)
+
+
+WORLD = {"dataset": "ds", "node": "gpu-b", "node_rank": 1, "nodes": 2, "world_size": 4, "rendezvous": "gpu-a",
+         "ranks": [{"local_rank": 0, "global_rank": 2, "list": "ranks/rank-0000.txt"},
+                   {"local_rank": 1, "global_rank": 3, "list": "ranks/rank-0001.txt"}],
+         "epoch": {"unit": "samples", "per_rank": 40, "unread": 6}, "plan_digest": "sha256:" + "ab" * 32}
+
+
+def test_the_world_of_the_plan_is_written_beside_the_lists_and_only_when_it_changes(tmp_path):
+    assert "world.json" in write_handoff(str(tmp_path), SHARDS, ranks=2, world=WORLD)
+    assert json.loads((tmp_path / "world.json").read_text()) == WORLD
+    assert write_handoff(str(tmp_path), SHARDS, ranks=2, world=WORLD) == []
+    moved = dict(WORLD, plan_digest="sha256:" + "cd" * 32)
+    assert write_handoff(str(tmp_path), SHARDS, ranks=2, world=moved, check_mode=True) == ["world.json"]
+    assert json.loads((tmp_path / "world.json").read_text()) == WORLD
+
+
+def test_a_world_that_gives_the_node_other_ranks_than_the_lists_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(StagingError, match="gives this node 2 ranks, the hand-off 3"):
+        write_handoff(str(tmp_path), SHARDS, ranks=3, world=WORLD)
+    assert list(tmp_path.iterdir()) == []
