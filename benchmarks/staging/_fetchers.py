@@ -200,7 +200,7 @@ class RolePath(Fetcher):
     name = "role"
     label = "shard_staging role (ansible-playbook)"
     command = "ansible-playbook"
-    HANDOFF = ("shards.txt", "sources.txt", "ranks", "ranks.json")
+    HANDOFF = ("shards.txt", "sources.txt", "ranks", "ranks.json", "world.json")
 
     def missing(self):
         return None if GetUrlLoop._playbook_command() else "ansible-playbook is not installed"

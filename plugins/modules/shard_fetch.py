@@ -137,9 +137,9 @@ options:
     type: int
   handoff_world:
     description:
-      - With O(handoff_ranks), also write C(world.json) into O(dest): this node's place in the training world of its
-        cluster's plan (C(node_rank), C(nodes), C(world_size), C(rendezvous), C(ranks) with each list's C(local_rank),
-        C(global_rank) and C(list), C(epoch) and C(plan_digest)), as the role's plan gives it per node.
+      - With O(handoff_ranks), also write C(world.json) into O(dest), this node's place in the training world of its
+        cluster's plan as the role's plan gives it per node (C(node_rank), C(nodes), C(world_size), C(rendezvous),
+        C(ranks) with each list's C(local_rank), C(global_rank) and C(list), C(epoch) and C(plan_digest)).
       - Written like the lists, atomically and only when it changes.
     type: dict
   concurrency:
