@@ -114,13 +114,10 @@ import hashlib
 import math
 import os
 import random
-import re
 
 from ansible.module_utils.basic import AnsibleModule
-
-HANDOFF_FILES = ("shards.txt", "sources.txt", "ranks.json", "world.json")
-RANKS_DIR = "ranks"
-_RANK_FILE = re.compile(r"^rank-\d{4,}\.txt$")
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import (
+    HANDOFF_FILES, HANDOFF_RANKS, RANK_FILE_RE)
 
 
 def _sha256(path):
@@ -132,8 +129,8 @@ def _sha256(path):
 
 
 def _read_ranks(dest):
-    ranks_dir = os.path.join(dest, RANKS_DIR)
-    files = sorted(entry for entry in (os.listdir(ranks_dir) if os.path.isdir(ranks_dir) else []) if _RANK_FILE.match(entry))
+    ranks_dir = os.path.join(dest, HANDOFF_RANKS)
+    files = sorted(entry for entry in (os.listdir(ranks_dir) if os.path.isdir(ranks_dir) else []) if RANK_FILE_RE.match(entry))
     entries = []
     for entry in files:
         with open(os.path.join(ranks_dir, entry)) as handle:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import rank_list
+
 # What a node's hand-off holds of a plan: the placement and the ranks, not what moved since the last plan, so a re-run
 # that moves nothing keeps the digest.
 _PLACED = ("dataset", "mode", "shards", "assignment", "replicated_on", "cached")
@@ -61,7 +63,7 @@ def node_world(plan, host):
         "nodes": world["nodes"],
         "world_size": world["size"],
         "rendezvous": world["rendezvous"],
-        "ranks": [{"local_rank": rank, "global_rank": node["first_rank"] + rank, "list": "ranks/rank-%04d.txt" % rank}
+        "ranks": [{"local_rank": rank, "global_rank": node["first_rank"] + rank, "list": rank_list(rank)}
                   for rank in range(node["ranks"])],
         "epoch": world["epoch"],
         "plan_digest": world["plan_digest"],

@@ -18,10 +18,13 @@ HANDOFF_SOURCES = "sources.txt"
 HANDOFF_RANKS = "ranks"
 HANDOFF_COUNTS = "ranks.json"
 HANDOFF_WORLD = "world.json"
-_RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
+# The hand-off's files in dest itself (the rank lists are in HANDOFF_RANKS).
+HANDOFF_FILES = (HANDOFF_LIST, HANDOFF_SOURCES, HANDOFF_COUNTS, HANDOFF_WORLD)
+RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
 
 
-def _rank_file(rank):
+def rank_list(rank):
+    """A rank's list, relative to dest."""
     return os.path.join(HANDOFF_RANKS, "rank-%04d.txt" % rank)
 
 
@@ -52,7 +55,7 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=(), world=None
     for position, entry in enumerate(entries):
         parts[entry[3]["rank"] if planned else position % ranks].append(entry)
     for rank, part in enumerate(parts):
-        wanted[_rank_file(rank)] = [read for _name, read, _url, _shard in part]
+        wanted[rank_list(rank)] = [read for _name, read, _url, _shard in part]
     wanted[HANDOFF_COUNTS] = [rank_counts(parts, planned)]
     if world is not None:
         if len(world.get("ranks") or ()) != ranks:
@@ -80,7 +83,7 @@ def write_handoff(dest, shards, ranks, check_mode=False, streamed=(), world=None
         stale = []
         if ranks_fd is not None:
             stale = sorted(entry for entry in os.listdir(ranks_fd)
-                           if os.path.join(HANDOFF_RANKS, entry) not in wanted and _RANK_FILE_RE.match(entry))
+                           if os.path.join(HANDOFF_RANKS, entry) not in wanted and RANK_FILE_RE.match(entry))
         if not check_mode:
             for _relative, directory, name, data in changes:
                 write_atomically(name, data, dir_fd=directory)
