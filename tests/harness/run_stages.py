@@ -63,6 +63,9 @@ def stages():
         ("drift", ["python", HARNESS + "/drift_lab.py"]),
         # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
         ("validate", ["python", HARNESS + "/validate_lab.py"]),
+        # dlinfra.gpu_cluster.train on that lab with Debian's PyTorch: bad input refused, an epoch read exactly once
+        # across 2 nodes x 2 ranks, a rank killed mid-epoch and the re-run resumed from the checkpoint.
+        ("train", ["python", HARNESS + "/train_lab.py"]),
         # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
         ("rolling", ["python", HARNESS + "/rolling_lab.py"]),
         # The offline bundle, built on that lab's store from what its converges fetched through the store's apt proxy,
