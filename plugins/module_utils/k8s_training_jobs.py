@@ -93,7 +93,8 @@ def _world_problems(dataset, worlds):
     for world in worlds:
         digests.setdefault(world["plan_digest"], []).append(world["node"])
     if len(digests) > 1:
-        held = "; ".join("%s hold %s" % (", ".join(sorted(hosts)), digest) for digest, hosts in sorted(digests.items()))
+        held = "; ".join("%s %s %s" % (", ".join(hosts), "holds" if len(hosts) == 1 else "hold", digest)
+                         for hosts, digest in sorted((sorted(hosts), digest) for digest, hosts in digests.items()))
         return ["dataset %s: its nodes hold different plans (%s); fix: %s, so that every node holds the cluster's "
                 "current plan, and remove the world of a node that left the cluster" % (dataset, held, RESTAGE)]
     problems = []

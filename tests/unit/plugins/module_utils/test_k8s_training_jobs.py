@@ -188,7 +188,7 @@ OTHER_PLAN = nodes_of(plan({"dgx01": 2, "dgx02": 2, "dgx03": 2}, shards=30))
     ([], {}, re.escape("dataset yt8m-mini: no node's world is given; fix: stage it (shard_staging) on the cluster")),
     (THREE[:1] + OTHER_PLAN[1:], {},
      re.escape("dataset yt8m-mini: its nodes hold different plans (dgx01, dgx02 hold sha256:") + ".*"
-     + re.escape("; dgx03 hold sha256:") + ".*" + re.escape("); fix: re-run shard_staging (playbooks/shard_staging.yml)")),
+     + re.escape("; dgx03 holds sha256:") + ".*" + re.escape("); fix: re-run shard_staging (playbooks/shard_staging.yml)")),
     ([n for n in THREE if n["world"]["node"] != "dgx02"], {},
      re.escape("dataset yt8m-mini: its plan has 3 nodes but the worlds given are of node ranks 0, 2 (dgx01, dgx03); "
                "node rank 1 missing; fix: stage it on every node of its cluster and give every node's world (the "
