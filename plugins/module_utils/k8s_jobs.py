@@ -210,5 +210,3 @@ def gpu_job(name, image, command=None, gpus=1, node_selector=None, kind="Job", n
     if backoff_limit is not None:
         job_spec["backoffLimit"] = backoff_limit
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
-
-

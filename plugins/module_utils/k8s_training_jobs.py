@@ -59,6 +59,8 @@ def _node_problem(dataset, index, node):
     missing = [key for key in WORLD_KEYS if key not in world]
     if missing:
         return "%s: its world of dataset %s lacks %s; fix: %s" % (host, dataset, ", ".join(missing), RESTAGE)
+    if not all(isinstance(world[key], str) and world[key] for key in ("node", "rendezvous", "plan_digest")):
+        return "%s: its world of dataset %s names no node, rendezvous or plan_digest; fix: %s" % (host, dataset, RESTAGE)
     if world["dataset"] != dataset:
         return "%s: its world is of dataset %r, not %s; fix: give the worlds of %s only" % (
             host, world["dataset"], dataset, dataset)

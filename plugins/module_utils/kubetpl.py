@@ -146,10 +146,10 @@ def parser(worlds_dir):
             data = sub.add_argument_group("a data-placed multi-node job (torchrun on every node that holds a dataset)")
             data.add_argument("--dataset", help="a dataset shard_staging staged on this cluster")
             data.add_argument("--worlds-dir", default=worlds_dir, help="where its worlds are (default: %(default)s)")
-            data.add_argument("--port", type=int, default=DEFAULT_PORT, help="node 0's rendezvous port (default: "
-                                                                             "%(default)s)")
-            data.add_argument("--nccl-conf", default=NCCL_CONF, help="the nodes' NCCL config, mounted read-only; '' "
-                                                                    "mounts none (default: %(default)s)")
+            data.add_argument("--port", type=int, default=DEFAULT_PORT,
+                              help="node 0's rendezvous port (default: %(default)s)")
+            data.add_argument("--nccl-conf", default=NCCL_CONF,
+                              help="the nodes' NCCL config, mounted read-only; '' mounts none (default: %(default)s)")
             data.add_argument("--pod-network", action="store_true",
                               help="use the pod network instead of the node's (then NCCL cannot use the interfaces "
                                    "nccl.conf names)")
@@ -169,7 +169,3 @@ def main(argv=None, worlds_dir=DEFAULT_WORLDS_DIR):
         return 2
     sys.stdout.write(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -166,8 +166,8 @@ def test_options_shape_valid_manifests(kwargs, check):
 
 
 def test_a_replicated_dataset_and_a_single_node_make_a_job_too():
-    manifests = assert_valid(training_job("x", IMAGE, "train.py", "ds", nodes_of(plan({"n1": 8}, dataset="ds",
-                                                                                    mode="replicate"))))
+    given = nodes_of(plan({"n1": 8}, dataset="ds", mode="replicate"))
+    manifests = assert_valid(training_job("x", IMAGE, "train.py", "ds", given))
     assert [m["metadata"]["name"] for m in manifests] == ["x", "x-0"]
     assert "--nnodes=1" in manifests[1]["spec"]["template"]["spec"]["containers"][0]["command"]
 
@@ -214,6 +214,8 @@ OTHER_PLAN = nodes_of(plan({"dgx01": 2, "dgx02": 2, "dgx03": 2}, shards=30))
     ([dict(THREE[0], world={k: v for k, v in THREE[0]["world"].items() if k != "plan_digest"})] + THREE[1:], {},
      re.escape("dgx03: its world of dataset yt8m-mini lacks plan_digest; fix: re-run shard_staging")),
     (with_world(THREE, "dgx01", ranks=[]), {}, "dgx01: its world of dataset yt8m-mini has no ranks numbered 0, 1, ..."),
+    (with_world(THREE, "dgx01", plan_digest=None), {},
+     re.escape("dgx01: its world of dataset yt8m-mini names no node, rendezvous or plan_digest; fix: re-run")),
     (with_world(THREE, "dgx01", node_rank="0"), {}, "dgx01: its world of dataset yt8m-mini has no whole node_rank"),
     ([{"dest": "/srv"}], {}, "dataset yt8m-mini: entry 0 is not a node's {'world': ..., 'dest': ...}; fix: re-run"),
     ([dict(THREE[0], dest="srv/ssd")] + THREE[1:], {},

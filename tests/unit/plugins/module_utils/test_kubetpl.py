@@ -185,4 +185,3 @@ def test_bad_input_is_refused(staged, args, message):
     status, stdout, stderr = kubetpl(*args, "--worlds-dir", str(worlds_dir)) if args[0] == "job" else kubetpl(*args)
     assert (status, stdout) == (2, "")
     assert message.format(dir=worlds_dir) in stderr, stderr
-

@@ -326,4 +326,3 @@ def test_kubetpl_is_recorded_on_the_heads_only():
     assert "/usr/local/bin/kubetpl" in head
     assert "/usr/local/lib/dlinfra-kubetpl/ansible_collections/dlinfra/gpu_cluster/plugins/module_utils/kubetpl.py" in head
     assert not [path for path in resolve(role_templar("dgx01"), "__microk8s_managed_paths") if "kubetpl" in path]
-
