@@ -21,11 +21,13 @@ HANDOFF_WORLD = "world.json"
 # The hand-off's files in dest itself (the rank lists are in HANDOFF_RANKS).
 HANDOFF_FILES = (HANDOFF_LIST, HANDOFF_SOURCES, HANDOFF_COUNTS, HANDOFF_WORLD)
 RANK_FILE_RE = re.compile(r"^rank-\d{4,}\.txt$")
+# A rank's list relative to dest, with its local rank for %04d: what a launcher tells the ranks (k8s_training_jobs).
+RANK_LIST_PATTERN = os.path.join(HANDOFF_RANKS, "rank-%04d.txt")
 
 
 def rank_list(rank):
     """A rank's list, relative to dest."""
-    return os.path.join(HANDOFF_RANKS, "rank-%04d.txt" % rank)
+    return RANK_LIST_PATTERN % rank
 
 
 def write_handoff(dest, shards, ranks, check_mode=False, streamed=(), world=None):

@@ -5,6 +5,9 @@ platform file that tasks/main.yml's first_found would include."""
 
 from __future__ import annotations
 
+import pathlib
+import re
+
 import yaml
 
 from ansible.template import trust_as_template
@@ -40,3 +43,25 @@ def role_vars(role, distribution, major, os_family):
     variables.update(load(role / "vars" / "main.yml"))
     variables.update(load(platform_file(role, distribution, major, os_family)))
     return variables
+
+
+MODULE_UTILS = pathlib.Path(__file__).resolve().parents[3] / "plugins" / "module_utils"
+_MODULE_UTILS_IMPORT = re.compile(r"^from ansible_collections\.dlinfra\.gpu_cluster\.plugins\.module_utils\.([\w.]+) import",
+                                  re.M)
+
+
+def imported_closure(start):
+    """module_utils files (paths relative to it) that start imports, directly or not, with the package files on the way:
+    what a role copies to a node to run start there."""
+    found, todo = set(), [start]
+    while todo:
+        relative = todo.pop()
+        if relative in found:
+            continue
+        found.add(relative)
+        for module in _MODULE_UTILS_IMPORT.findall((MODULE_UTILS / relative).read_text()):
+            parts = module.split(".")
+            todo.append("/".join(parts) + ".py")
+            for depth in range(1, len(parts)):
+                todo.append("/".join(parts[:depth]) + "/__init__.py")
+    return found

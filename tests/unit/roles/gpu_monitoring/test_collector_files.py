@@ -6,31 +6,13 @@ and it reads the staging index where shard_staging writes it by default."""
 from __future__ import annotations
 
 import pathlib
-import re
 
 import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.staging_metrics import DEFAULT_INDEX
+from role_vars import imported_closure
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
-MODULE_UTILS = ROOT / "plugins" / "module_utils"
-IMPORT = re.compile(r"^from ansible_collections\.dlinfra\.gpu_cluster\.plugins\.module_utils\.([\w.]+) import", re.M)
-
-
-def imported_closure(start):
-    """module_utils files (relative paths) that start imports, directly or not, with the package files on the way."""
-    found, todo = set(), [start]
-    while todo:
-        relative = todo.pop()
-        if relative in found:
-            continue
-        found.add(relative)
-        for module in IMPORT.findall((MODULE_UTILS / relative).read_text()):
-            parts = module.split(".")
-            todo.append("/".join(parts) + ".py")
-            for depth in range(1, len(parts)):
-                todo.append("/".join(parts[:depth]) + "/__init__.py")
-    return found
 
 
 def test_the_role_copies_every_module_the_collector_imports():

@@ -9,8 +9,11 @@ Kubernetes schemas of the pinned minor (microk8s_channel) with kubernetes-valida
 from __future__ import annotations
 
 import copy
+import json
 import pathlib
 import re
+import subprocess
+import sys
 
 import kubernetes_validate
 import pytest
@@ -19,7 +22,10 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load, trust
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.kubetpl import DEFAULT_IMAGE, DEFAULT_WORLDS_DIR
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from role_vars import MODULE_UTILS, imported_closure, load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
 MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
@@ -264,3 +270,59 @@ def test_the_kubeconfig_on_the_controller_is_recorded_where_the_role_writes_it()
     assert resolve(role_templar("dgx01", microk8s_kubeconfig_dir="/home/ops/.kube"), "__microk8s_controller_paths") \
         == ["/home/ops/.kube/cluster_a.kubeconfig"]
     assert resolve(role_templar("dgx01", microk8s_kubeconfig_dir=""), "__microk8s_controller_paths") == []
+
+
+# kubetpl on the heads -------------------------------------------------------------------------------------------
+
+KUBETPL_FILES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__microk8s_kubetpl_module_utils"]
+
+
+def test_the_role_copies_every_module_kubetpl_imports():
+    assert len(KUBETPL_FILES) == len(set(KUBETPL_FILES))
+    assert sorted(KUBETPL_FILES) == sorted(imported_closure("kubetpl.py"))
+
+
+def test_kubetpl_reads_the_worlds_where_shard_staging_writes_them():
+    staging = yaml.safe_load((ROLE.parent / "shard_staging" / "defaults" / "main.yml").read_text())
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert staging["shard_staging_worlds_dir"] == defaults["microk8s_kubetpl_worlds_dir"] == DEFAULT_WORLDS_DIR
+
+
+def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
+    """The role's layout on a head, built as its tasks build it: the listed modules under their import path and the
+    command from its template, run through its own first line."""
+    lib, worlds = tmp_path / "lib", tmp_path / "worlds"
+    templar = role_templar("head-a1", __microk8s_kubetpl_python=sys.executable, __microk8s_kubetpl_lib_dir=str(lib),
+                           microk8s_kubetpl_worlds_dir=str(worlds))
+    target = pathlib.Path(resolve(templar, "__microk8s_kubetpl_module_utils_dir"))
+    for relative in KUBETPL_FILES:
+        (target / relative).parent.mkdir(parents=True, exist_ok=True)
+        (target / relative).write_bytes((MODULE_UTILS / relative).read_bytes())
+    command = tmp_path / "kubetpl"
+    command.write_text(templar.template(trust((ROLE / "templates" / "kubetpl.j2").read_text())))
+    command.chmod(0o755)
+    assert command.read_text().startswith("#!%s -I\n" % sys.executable)
+
+    done = subprocess.run([str(command), "job", "-G", "1", "-c", "nvidia-smi"], capture_output=True, text=True,
+                          check=True, cwd=tmp_path, timeout=60)
+    assert json.loads(done.stdout) == k8s_gpu_job("nvidia-smi", DEFAULT_IMAGE, "nvidia-smi", 1)
+
+    # --dataset reads the worlds from microk8s_kubetpl_worlds_dir, as shard_staging writes them there.
+    records = [{"name": "s-%d.tar" % i, "url": "http://store/s-%d.tar" % i, "size": 10, "sha256": "0" * 64}
+               for i in range(4)]
+    plan = make_plan({"name": "ds", "mode": "partition"}, records,
+                     {"gpu1": {"free_bytes": 1 << 30, "ranks": 1}, "gpu2": {"free_bytes": 1 << 30, "ranks": 1}})
+    (worlds / "ds").mkdir(parents=True)
+    for host, node in plan["nodes"].items():
+        (worlds / "ds" / (host + ".json")).write_text(json.dumps({"world": node["world"], "dest": "/srv/ds"}))
+    done = subprocess.run([str(command), "job", "--dataset", "ds", "-c", "train.py"], capture_output=True, text=True,
+                          check=True, cwd=tmp_path, timeout=60)
+    jobs = json.loads(done.stdout)["items"][1:]
+    assert [job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for job in jobs] == ["gpu1", "gpu2"]
+
+
+def test_kubetpl_is_recorded_on_the_heads_only():
+    head = resolve(role_templar("head-a2"), "__microk8s_managed_paths")
+    assert "/usr/local/bin/kubetpl" in head
+    assert "/usr/local/lib/dlinfra-kubetpl/ansible_collections/dlinfra/gpu_cluster/plugins/module_utils/kubetpl.py" in head
+    assert not [path for path in resolve(role_templar("dgx01"), "__microk8s_managed_paths") if "kubetpl" in path]
