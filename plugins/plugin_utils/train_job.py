@@ -5,7 +5,8 @@ environment, or every reason not to start, each naming the host, the dataset and
 and why a node's part of the job failed.
 
 Ranks get the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
-MASTER_ADDR, MASTER_PORT), so a script written for torchrun runs unchanged, plus where its data and job directory are.
+MASTER_ADDR, MASTER_PORT), so a script written for torchrun runs unchanged, plus the hand-off's variables a Kubernetes
+job's ranks get too (module_utils/k8s_training_jobs.handoff_env) and the job's directories.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_training_jobs import handoff_env
 
 JOB_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
@@ -102,14 +105,14 @@ def rank_units(host, world, settings, address):
     local_world = len(world["ranks"])
     units = []
     for entry in world["ranks"]:
-        env = {
+        env = dict(handoff_env(settings["dest"], world))
+        env.update({
             "RANK": entry["global_rank"], "LOCAL_RANK": entry["local_rank"], "WORLD_SIZE": world["world_size"],
             "LOCAL_WORLD_SIZE": local_world, "GROUP_RANK": world["node_rank"], "NODE_RANK": world["node_rank"],
             "MASTER_ADDR": address, "MASTER_PORT": settings["master_port"],
-            "DLINFRA_HANDOFF": settings["dest"], "DLINFRA_RANK_LIST": os.path.join(settings["dest"], entry["list"]),
             "DLINFRA_JOB_DIR": job_dir,
             "DLINFRA_CHECKPOINT_DIR": settings.get("checkpoint_dir") or os.path.join(job_dir, "checkpoints"),
-        }
+        })
         env.update(settings.get("environment") or {})
         unit = unit_name(settings["job"], entry["global_rank"])
         env = {key: str(value) for key, value in sorted(env.items())}

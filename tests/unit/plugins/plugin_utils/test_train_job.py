@@ -37,7 +37,9 @@ def test_every_rank_gets_torchruns_environment_and_its_list():
     env = units["gpu2"][1]["env"]
     assert env == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
                    "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
-                   "DLINFRA_HANDOFF": "/srv/ssd/yt8m", "DLINFRA_RANK_LIST": "/srv/ssd/yt8m/ranks/rank-0001.txt",
+                   "DLINFRA_DATASET": "yt8m", "DLINFRA_HANDOFF": "/srv/ssd/yt8m",
+                   "DLINFRA_RANK_LIST": "/srv/ssd/yt8m/ranks/rank-%04d.txt", "DLINFRA_WORLD": "/srv/ssd/yt8m/world.json",
+                   "DLINFRA_PLAN_DIGEST": DIGEST, "DLINFRA_NODE_RANK": "1", "DLINFRA_FIRST_RANK": "2",
                    "DLINFRA_JOB_DIR": "/var/lib/dlinfra/train/yt8m",
                    "DLINFRA_CHECKPOINT_DIR": "/var/lib/dlinfra/train/yt8m/checkpoints", "USE_LIBUV": "0"}
     run = units["gpu2"][1]["systemd_run"]
