@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A training job's state on this node, as JSON: each rank unit's systemd state and each rank's progress file.

@@ -13,7 +13,7 @@ output formats (taken from MicroK8s' wrappers: status.py, add_token.py, join.py)
   join IP:PORT/TOKEN[/CHECK] [--worker] | leave | remove-node NAME [--force]
   enable ADDON [ARGS...] | disable ADDON | config
   kubectl get nodes|node [NAME] -o json | kubectl get KIND NAME -n NS -o json
-  kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE [--dry-run=server|client|none]
+  kubectl label node NAME KEY=VALUE... [--overwrite] | kubectl apply -f FILE|- [--dry-run=server|client|none]
   kubectl get pods -A -o json | kubectl cordon NAME | kubectl uncordon NAME
   kubectl drain NAME [--ignore-daemonsets] [--delete-emptydir-data] [--timeout T]
 
@@ -666,8 +666,14 @@ def kubectl_apply(args, cluster):
     if dry_run not in ("none", "server", "client"):
         die('error: Invalid dry-run value (%s). Must be "none", "server", or "client".' % dry_run)
     path = take(args, "-f", "--filename")
-    with open(path) as handle:
-        documents = [d for d in yaml.safe_load_all(handle) if d]
+    if path == "-":
+        documents = [d for d in yaml.safe_load_all(sys.stdin) if d]
+    else:
+        with open(path) as handle:
+            documents = [d for d in yaml.safe_load_all(handle) if d]
+    # A v1 List (what `kubectl get -o json` and kubetpl print) is applied item by item, as kubectl does.
+    documents = [item for d in documents
+                 for item in (d.get("items") or [] if d.get("kind") == "List" and d.get("apiVersion") == "v1" else [d])]
     for obj in documents:
         for field in ("apiVersion", "kind", "metadata"):
             if field not in obj:

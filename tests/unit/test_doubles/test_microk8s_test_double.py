@@ -10,6 +10,8 @@ broken one must be refused with kubectl's message, and a dry run must store noth
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import pathlib
 
 import kubernetes_validate
@@ -69,6 +71,15 @@ def test_server_dry_run_stores_nothing_and_says_so(tmp_path, capsys):
     assert state["objects"] == {}
     double.kubectl_apply(["-f", str(manifest)], state)
     assert list(state["objects"]) == ["Job/default/yt8m-train"]
+
+
+def test_a_list_from_standard_input_is_applied_item_by_item(monkeypatch, capsys):
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "yt8m-rdzv"}, "spec": {"clusterIP": "None"}}
+    listed = {"apiVersion": "v1", "kind": "List", "items": [service, JOB]}
+    monkeypatch.setattr(double.sys, "stdin", io.StringIO(json.dumps(listed)))
+    double.kubectl_apply(["--dry-run=server", "-f", "-"], cluster())
+    assert capsys.readouterr().out == ("service/yt8m-rdzv created (server dry run)\n"
+                                       "job.batch/yt8m-train created (server dry run)\n")
 
 
 def test_an_invalid_object_exits_with_kubectls_message(tmp_path, capsys):

@@ -301,7 +301,8 @@ def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
     command = tmp_path / "kubetpl"
     command.write_text(templar.template(trust((ROLE / "templates" / "kubetpl.j2").read_text())))
     command.chmod(0o755)
-    assert command.read_text().startswith("#!%s -I\n" % sys.executable)
+    assert command.read_text().startswith("#!/bin/sh\n")
+    assert "exec %s -I -c " % sys.executable in command.read_text()
 
     done = subprocess.run([str(command), "job", "-G", "1", "-c", "nvidia-smi"], capture_output=True, text=True,
                           check=True, cwd=tmp_path, timeout=60)
