@@ -50,7 +50,7 @@ def _whole(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _node_problem(dataset, index, node):
+def _node_problem(dataset, index, node, on_gpus=True):
     """A problem of one node's entry ({"world", "dest", "hostname", "gpus"}) or None; names the host and the fix."""
     if not isinstance(node, dict) or not isinstance(node.get("world"), dict):
         return ("dataset %s: entry %d is not a node's {'world': ..., 'dest': ...}; fix: %s" % (dataset, index, RESTAGE))
@@ -82,7 +82,7 @@ def _node_problem(dataset, index, node):
     gpus = node.get("gpus")
     if gpus is not None and (not _whole(gpus) or gpus < 0):
         return "%s: gpus=%r is not a whole number; fix: give the node's GPU count, or leave it out" % (host, gpus)
-    if gpus is not None and len(ranks) > gpus:
+    if on_gpus and gpus is not None and len(ranks) > gpus:
         return ("%s: dataset %s has %d ranks on it but the node has %d GPUs; fix: set shard_staging_ranks_per_node to at "
                 "most %d for it (or leave it unset: its GPU count) and re-run shard_staging"
                 % (host, dataset, len(ranks), gpus, gpus))
@@ -132,7 +132,8 @@ def _name_problem(name, nodes):
 
 
 def training_job(name, image, command, dataset, nodes, namespace=None, env=None, port=DEFAULT_PORT,
-                 backoff_limit=DEFAULT_BACKOFF_LIMIT, host_network=True, nccl_conf=NCCL_CONF, cpu=None, memory=None):
+                 backoff_limit=DEFAULT_BACKOFF_LIMIT, host_network=True, nccl_conf=NCCL_CONF, cpu=None, memory=None,
+                 gpus=True):
     """The manifests of a multi-node torchrun job over the nodes that hold ``dataset``: a headless Service, then one
     Job per node in node rank order. Raises ManifestError, every problem at once, before anything is made.
 
@@ -141,14 +142,15 @@ def training_job(name, image, command, dataset, nodes, namespace=None, env=None,
     "gpus": its GPU count (optional; more ranks than GPUs is refused)}. ``command``: the script and arguments torchrun
     runs on every rank. ``host_network``: the pods use the node's network, so NCCL finds the interfaces that the nccl
     role's /etc/nccl.conf (``nccl_conf``, mounted read-only; None mounts none) names. ``env``: more variables (NCCL_*
-    overrides, for one), which win over the hand-off's."""
+    overrides, for one), which win over the hand-off's. ``gpus`` False: the ranks run on the CPU (gloo), no GPU is
+    requested and the nodes' GPU counts do not matter."""
     problems = []
     if not isinstance(dataset, str) or not dataset:
         raise ManifestError(["dataset=%r is not a dataset's name; fix: name a dataset of shard_staging_datasets" % (dataset,)])
     if not isinstance(nodes, list) or not nodes:
         raise ManifestError(["dataset %s: no node's world is given; fix: stage it (shard_staging) on the cluster, whose "
                              "worlds the play writes on the heads" % dataset])
-    node_problems = [_node_problem(dataset, index, node) for index, node in enumerate(nodes)]
+    node_problems = [_node_problem(dataset, index, node, gpus) for index, node in enumerate(nodes)]
     problems.extend(problem for problem in node_problems if problem)
     if not problems:
         problems.extend(_world_problems(dataset, [node["world"] for node in nodes]))
@@ -197,12 +199,12 @@ def training_job(name, image, command, dataset, nodes, namespace=None, env=None,
     manifests = [service]
     for node in sorted(nodes, key=lambda node: node["world"]["node_rank"]):
         manifests.append(_node_job(name, image, argv, node, rendezvous, port, backoff_limit, host_network, nccl_conf,
-                                   extra_env, quantities, labels, namespace))
+                                   extra_env, quantities, labels, namespace, gpus))
     return manifests
 
 
 def _node_job(name, image, argv, node, rendezvous, port, backoff_limit, host_network, nccl_conf, extra_env, quantities,
-              labels, namespace):
+              labels, namespace, gpus=True):
     world, dest = node["world"], node["dest"]
     ranks = len(world["ranks"])
     job_name = "%s-%d" % (name, world["node_rank"])
@@ -210,14 +212,16 @@ def _node_job(name, image, argv, node, rendezvous, port, backoff_limit, host_net
               "--node-rank=%d" % world["node_rank"], "--rdzv-backend=static", "--master-addr=%s" % rendezvous,
               "--master-port=%d" % port]
     env = dict(handoff_env(dest, world))
+    if not gpus:
+        env["NVIDIA_VISIBLE_DEVICES"] = "void"  # CUDA images would otherwise see every GPU of the node
     env.update((var["name"], var["value"]) for var in extra_env)
-    limits = dict(quantities, **{"nvidia.com/gpu": str(ranks)})
+    limits = dict(quantities, **({"nvidia.com/gpu": str(ranks)} if gpus else {}))
     container = {
         "name": "train",
         "image": image,
         "command": launch + argv,
         "env": [{"name": key, "value": value} for key, value in env.items()],
-        "resources": {"limits": limits},
+        "resources": {"limits": limits} if limits else {},
         # Mounted where it is on the node: the rank lists name the shards by their paths there.
         "volumeMounts": [{"name": "dataset", "mountPath": dest, "readOnly": True},
                          {"name": "shm", "mountPath": "/dev/shm"}],

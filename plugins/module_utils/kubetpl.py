@@ -85,7 +85,7 @@ def manifests(options, worlds_dir):
                             namespace=options.namespace, env=env or None, port=options.port,
                             backoff_limit=DEFAULT_BACKOFF_LIMIT if options.backoff_limit is None else options.backoff_limit,
                             host_network=not options.pod_network, nccl_conf=options.nccl_conf or None,
-                            cpu=options.cpu, memory=options.memory)
+                            cpu=options.cpu, memory=options.memory, gpus=not options.no_gpus)
     name = options.name or default_name((command or "").split() or [options.image], options.kind)
     return [gpu_job(name, options.image, command=command, gpus=options.gpus or 0,
                     node_selector=_pairs("--node-selector", options.node_selector) or None,
@@ -101,7 +101,7 @@ def misplaced(options):
     if options.dataset is None:
         return [(option, "applies to a job with --dataset only") for option, given in (
             ("--port", options.port != DEFAULT_PORT), ("--nccl-conf", options.nccl_conf != NCCL_CONF),
-            ("--pod-network", options.pod_network)) if given]
+            ("--pod-network", options.pod_network), ("--no-gpus", options.no_gpus)) if given]
     return [(option, "does not apply with --dataset: %s" % why) for option, given, why in (
         ("-G", options.gpus is not None, "each node gets its ranks' GPUs, as the plan counted them"),
         ("--node-selector", options.node_selector, "each node's pod is pinned to it"),
@@ -150,6 +150,8 @@ def parser(worlds_dir):
                               help="node 0's rendezvous port (default: %(default)s)")
             data.add_argument("--nccl-conf", default=NCCL_CONF,
                               help="the nodes' NCCL config, mounted read-only; '' mounts none (default: %(default)s)")
+            data.add_argument("--no-gpus", action="store_true",
+                              help="the ranks run on the CPU (gloo): no GPU requested, the nodes' GPU counts ignored")
             data.add_argument("--pod-network", action="store_true",
                               help="use the pod network instead of the node's (then NCCL cannot use the interfaces "
                                    "nccl.conf names)")

@@ -6,7 +6,7 @@
 #                    site.yml is not run: `ansible-playbook site.yml -i inventories/sim` (or the installed
 #                    collection's dlinfra.gpu_cluster.site) configures the lab from there.
 #   demo.sh up       lab, then site.yml with the per-host role summary, then the report, then validate.yml (the
-#                    acceptance report under .cache/demo/validate/)
+#                    acceptance report under .cache/demo/validate/), then train.yml on the lab's dataset
 #   demo.sh report   what the lab holds: Kubernetes nodes, staged datasets, conda environments, a GPU job dry run
 #   demo.sh down     remove the lab (containers, networks, the MicroK8s test double's shared state)
 #   demo.sh attempts (air-gapped lab) the nodes' outbound attempts the store recorded; exit 1 if there are any
@@ -183,11 +183,21 @@ validate() {
   echo "demo: open $PWD/$cache/validate/report.html (also report.json, junit.xml there)"
 }
 
+# The lab's dataset trained on: one rank per rank list on each GPU node, real PyTorch (Debian's, gloo on the CPU).
+train() {
+  echo
+  echo "demo: train.yml on yt8m-mini, each GPU node's ranks reading its own shards (Debian 13's PyTorch, gloo)"
+  quietly "$cache/logs/train.log" playbooks/train.yml --limit gpu_nodes -e train_dataset=yt8m-mini
+  grep -oE "rank [0-9]+ on [a-z0-9-]+: [^']*" "$cache/logs/train.log" | sed 's/^/  /'
+  echo "demo: each rank's journal: docker exec sim-gpu1 journalctl -u 'dlinfra-train-yt8m-mini-rank-*'"
+}
+
 up() {
   lab
   site
   report
   validate
+  train
   if [ "$airgap" = 1 ]; then
     echo
     attempts
@@ -209,7 +219,8 @@ case ${1:-} in
   up) up ;;
   report) report ;;
   validate) validate ;;
+  train) train ;;
   down) down ;;
   attempts) attempts ;;
-  *) echo "usage: [AIRGAP=1] $0 lab|up|report|validate|down|attempts" >&2; exit 2 ;;
+  *) echo "usage: [AIRGAP=1] $0 lab|up|report|validate|train|down|attempts" >&2; exit 2 ;;
 esac

@@ -75,16 +75,23 @@ def main(path):
 
     job = cluster["job"]
     manifest = os.path.abspath(job["manifest"])
-    spec = job["object"]["spec"]["template"]["spec"]
-    container = spec["containers"][0]
-    mounts = ["%s at %s" % (volume["hostPath"]["path"], mount["mountPath"])
-              for volume, mount in zip(spec.get("volumes", []), container.get("volumeMounts", []))]
-    print("\nGPU job for %s (dlinfra.gpu_cluster.k8s_gpu_job): %s"
-          % (job["dataset"], os.path.relpath(manifest, here) if manifest.startswith(here + os.sep) else manifest))
-    print("  %s %s, %s nvidia.com/gpu on nodes %s, %s"
-          % (job["object"]["kind"], container["image"], container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0),
-             ",".join("%s=%s" % item for item in spec.get("nodeSelector", {}).items()) or "(any)",
-             ", ".join(mounts) or "no dataset mounted"))
+    print("\nTraining job for %s on the nodes that hold it (%s): %s"
+          % (job["dataset"], job["kubetpl"], os.path.relpath(manifest, here) if manifest.startswith(here + os.sep) else manifest))
+    rows = [("JOB", "NODE", "TORCHRUN", "GPUS", "DATASET")]
+    for item in job["object"].get("items", [job["object"]]):
+        if item["kind"] != "Job":
+            continue
+        spec = item["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        torchrun = [word for word in container.get("command", []) + container.get("args", [])
+                    if word.startswith(("--nnodes", "--nproc-per-node", "--node-rank"))]
+        volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+        mounts = ["%s at %s" % (volumes[mount["name"]]["hostPath"]["path"], mount["mountPath"])
+                  for mount in container.get("volumeMounts", []) if "hostPath" in volumes.get(mount["name"], {})]
+        rows.append((item["metadata"]["name"], spec.get("nodeSelector", {}).get("kubernetes.io/hostname", "(any)"),
+                     " ".join(torchrun), container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0),
+                     ", ".join(mounts[:1]) or "-"))
+    print(table(rows))
     print("  $ %s\n%s" % (job["command"], "\n".join("  " + line for line in job["output"].splitlines())))
     return 0 if str(job["rc"]) == "0" else 1
 

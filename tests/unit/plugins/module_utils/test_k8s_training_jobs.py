@@ -260,3 +260,15 @@ def test_the_user_command_is_not_run_in_a_shell():
     command = "train.py --name 'a b' --glob '*.tar'"
     job = training_job("train", IMAGE, command, "yt8m-mini", nodes_of(plan({"a": 1})))[1]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][-5:] == shlex.split(command)
+
+
+def test_a_cpu_job_requests_no_gpu_and_ignores_the_gpu_counts():
+    nodes = nodes_of(plan({"gpu1": 2, "gpu2": 2}), gpu1={"gpus": 0}, gpu2={"gpus": 0})
+    with pytest.raises(ManifestError, match="GPUs"):
+        training_job("yt8m", IMAGE, "train.py", "yt8m-mini", nodes)
+    manifests = training_job("yt8m", IMAGE, "train.py", "yt8m-mini", nodes, gpus=False)
+    assert_valid(manifests)
+    for job in manifests[1:]:
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert "nvidia.com/gpu" not in container["resources"].get("limits", {})
+        assert env_of(container)["NVIDIA_VISIBLE_DEVICES"] == "void"
