@@ -72,8 +72,10 @@ def test_the_written_worlds_are_what_kubetpl_makes_a_job_from():
     plan = make_plan({"name": "yt8m-mini", "mode": "partition"}, records,
                      {"dgx01": {"free_bytes": 1 << 30, "ranks": 2}, "dgx02": {"free_bytes": 1 << 30, "ranks": 2}})
     entries = []
-    for host, facts in (("dgx01", {"nodename": "DGX01", "nvidia_gpu": {"gpu_count": 8}}), ("dgx02", {})):
+    for host, facts, counted in (("dgx01", {"nodename": "DGX01", "nvidia_gpu": {"gpu_count": 1}}, {"gpu_count": 8}),
+                                 ("dgx02", {}, {"skipped": True})):
         the_templar = templar(host, ansible_facts=facts, __shard_staging_dataset_name="yt8m-mini",
+                              __shard_staging_world_gpus=counted,
                               __shard_staging_plan={"datasets": {"yt8m-mini": plan}},
                               __shard_staging_space={"results": [
                                   {"item": {"name": "other"}, "dest": "/srv/other"},
@@ -81,7 +83,8 @@ def test_the_written_worlds_are_what_kubetpl_makes_a_job_from():
         entries.append(json.loads(the_templar.template(trust(task["ansible.builtin.copy"]["content"]))))
     assert entries[0] == {"world": plan["nodes"]["dgx01"]["world"], "dest": "/srv/ssd/yt8m-mini", "hostname": "dgx01",
                           "gpus": 8}
-    # Without facts: the inventory name, and no GPU count to check against.
+    # The GPU count is the task's own reading, not what facts an earlier role left; without facts, the inventory name,
+    # and without a reading, no GPU count to check against.
     assert entries[1]["hostname"] == "dgx02" and entries[1]["gpus"] is None
     jobs = training_job("train", "nvcr.io/nvidia/pytorch:24.10-py3", "train.py", "yt8m-mini", entries)[1:]
     assert [job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for job in jobs] == ["dgx01", "dgx02"]
