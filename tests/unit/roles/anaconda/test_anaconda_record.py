@@ -4,29 +4,14 @@
 an edited file makes the next run a full one; the managed paths cover the prefix and each environment."""
 
 import pathlib
-import sys
-import warnings
 
 import pytest
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 
 from role_vars import load
 
-
-@pytest.fixture(autouse=True, scope="module")
-def plugin_loader():
-    """Ansible's plugin loader for this module's lookups, removed afterwards: its collection finder refuses to import
-    modules of this collection that were not imported through it, which broke test modules run after this one."""
-    meta_path, path_hooks = list(sys.meta_path), list(sys.path_hooks)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        init_plugin_loader()
-    yield
-    sys.meta_path[:], sys.path_hooks[:] = meta_path, path_hooks
-    sys.path_importer_cache.clear()
-
+pytestmark = pytest.mark.usefixtures("ansible_plugin_loader")  # lookups in the role's templates
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "anaconda"
 

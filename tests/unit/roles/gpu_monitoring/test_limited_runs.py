@@ -4,33 +4,18 @@
 inventory (the role's __gpu_monitoring_scrape_plan), and a host the run did not look at keeps its dcgm-exporter."""
 
 import pathlib
-import sys
-import warnings
 
 import pytest
 import yaml
 
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_monitoring import (
     gpu_monitoring_prometheus_config, gpu_monitoring_scrape_plan)
 from role_vars import role_vars
 
-
-@pytest.fixture(autouse=True, scope="module")
-def plugin_loader():
-    """Ansible's plugin loader for this module's lookups, removed afterwards: its collection finder refuses to import
-    modules of this collection that were not imported through it, which broke test modules run after this one."""
-    meta_path, path_hooks = list(sys.meta_path), list(sys.path_hooks)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        init_plugin_loader()
-    yield
-    sys.meta_path[:], sys.path_hooks[:] = meta_path, path_hooks
-    sys.path_importer_cache.clear()
-
+pytestmark = pytest.mark.usefixtures("ansible_plugin_loader")  # lookups in the role's templates
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "gpu_monitoring"
 GROUPS = {"all": ["head1", "gpu1", "gpu2", "bastion"], "ungrouped": ["bastion"],
