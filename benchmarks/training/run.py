@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A rank's read rate: the train role's reference job reading WebDataset shards (train_ddp.samples) from node-local
