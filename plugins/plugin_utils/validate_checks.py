@@ -20,6 +20,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_resul
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import human
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_monitoring
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
 
@@ -377,6 +378,13 @@ def _gpu_options(raw):
     return options
 
 
+def _training(host, raw, nodes, cluster_hosts, cluster_plans):
+    """training.ddp and training.samples_per_second of a GPU staging target, over its cluster's world."""
+    world = {h: nodes[h] for h in cluster_hosts if nodes[h]["gpu_node"] and nodes[h]["stage_target"]}
+    plan = cluster_plans.get(raw["expected"].get("training_dataset") or "") or {}
+    return training_checks(host, raw, world, plan.get("mode") == "replicate")
+
+
 def evaluate(nodes, plans, gpu_models, inventory, generated):
     """The report (schema: docs/validate_report.schema.json, without summary) from every node's raw data.
 
@@ -385,7 +393,7 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     there is none: shard_staging plans each cluster apart.
     """
     report = {"schema_version": 1, "generated": generated, "inventory": inventory, "nodes": [], "checks": [],
-              "measurements": {"nccl_busbw": [], "disk": [], "gpus": [], "datasets": []}}
+              "measurements": {"nccl_busbw": [], "disk": [], "gpus": [], "datasets": [], "training": []}}
     by_cluster = {}
     for host, raw in nodes.items():
         if raw:
@@ -438,6 +446,10 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         if disk:
             report["measurements"]["disk"].append(dict(disk, node=host))
         cluster_plans = plans.get(raw["cluster"] or "") or {}
+        if raw["gpu_node"] and raw["stage_target"]:
+            found, per_rank = _training(host, raw, nodes, cluster_hosts, cluster_plans)
+            checks += found
+            report["measurements"]["training"] += [dict(item, cluster=raw["cluster"]) for item in per_rank]
         for name in raw["expected"]["datasets"]:
             found, counts = dataset_checks(raw, name)
             checks += found

@@ -197,6 +197,20 @@ def _details_table(report):
     return "\n".join(out)
 
 
+def _training_table(report):
+    """Each rank of training.ddp's job: its node, backend, steps, samples/s and step time."""
+    ranks = (report.get("measurements") or {}).get("training") or []
+    if not ranks:
+        return []
+    out = ['<table id="training">', "<caption>training.ddp: each rank of the DDP job</caption>",
+           "<thead><tr><th>node</th><th>rank</th><th>local rank</th><th>backend</th><th>steps</th><th>samples/s</th>"
+           "<th>s a step</th><th>state</th></tr></thead>", "<tbody>"]
+    for item in ranks:
+        out.append("<tr>%s</tr>" % "".join("<td>%s</td>" % _e(item.get(key)) for key in (
+            "node", "rank", "local_rank", "backend", "steps", "samples_per_s", "step_time_s", "state")))
+    return out + ["</tbody>", "</table>"]
+
+
 def html_page(report):
     summary = summarize(report)
     svgs = plots.plots(report.get("measurements") or {})
@@ -216,6 +230,7 @@ def html_page(report):
     for plot_id, svg in svgs.items():
         out.append('<figure class="plot" id="%s"><figcaption>%s</figcaption>\n%s</figure>' % (
             plot_id, _CAPTIONS[plot_id], svg.strip()))
+    out += _training_table(report)
     out += ["<h2>Failing and skipped checks</h2>", _details_table(report), "</body>", "</html>"]
     return "\n".join(out) + "\n"
 

@@ -13,6 +13,9 @@
      the two runs exactly gpu.pcie_link and gpu.xid on sim-gpu1 change, from pass to fail.
   4. healthy again, with every fault removed: the same statuses as run 1 (no false positives over repeated runs), and
      the nodes validate cordoned are uncordoned.
+  The healthy runs (1 and 4) and the validate_training tag run (5) set validate_training_dataset: training.ddp runs the
+  train role's reference job (Debian's PyTorch, gloo) over both GPU nodes' ranks and passes from their own output: each
+  sample read once across the world, equal steps, the all-reduce right; the report carries each rank's samples/s.
   5. each tag the role documents, alone (--tags validate_gpu, ..., validate_report): the run passes, its report holds
      every check of run 4, those of its phase with run 4's statuses and the others skipped as not read. The runs go
      side by side: validate is read-only and no two phases read the same thing.
@@ -32,6 +35,7 @@ from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
 
 WORK = ROOT / ".cache" / "validate"
 DATASET = "yt8m-mini"
+TRAINING = ("-e", "validate_training_dataset=" + DATASET)  # the runs that run training.ddp's job
 DOUBLE_DIR = "/usr/local/lib/dlinfra-validate-test-double"
 COLLECTOR = "dlinfra-gpu-metrics"  # gpu_monitoring's collector unit on each node
 KUBECTL = ["/snap/bin/microk8s", "kubectl"]
@@ -117,6 +121,20 @@ def expect_healthy(code, report, report_dir, name):
     print("validate-lab: run %s healthy: %d passed, %d skipped, none failed" % (name, counts["pass"], counts["skip"]))
 
 
+def expect_training(report):
+    """training.ddp passed on both GPU nodes over one world of 4 gloo ranks, with each rank's figures."""
+    found = {c["node"]: c for c in report["checks"] if c["check"] == "training.ddp"}
+    for host in ("sim-gpu1", "sim-gpu2"):
+        if found.get(host, {}).get("status") != "pass" or "of a world of 4 (gloo)" not in found[host]["message"]:
+            fail("healthy-1: training.ddp on %s: %s" % (host, found.get(host)))
+    ranks = report["measurements"]["training"]
+    if sorted(item["rank"] for item in ranks) != [0, 1, 2, 3] or not all(
+            item["state"] == "done" and (item["samples_per_s"] or 0) > 0 for item in ranks):
+        fail("healthy-1: the report's per-rank training figures: %s" % ranks)
+    print("validate-lab: training.ddp passed on sim-gpu1 and sim-gpu2: %s"
+          % "; ".join("rank %(rank)s %(samples_per_s)s samples/s, %(step_time_s)s s a step" % item for item in ranks))
+
+
 def node_state(name):
     node = json.loads(sh("sim-head", " ".join(KUBECTL + ["get", "node", name, "-o", "json"])))
     return bool(node.get("spec", {}).get("unschedulable")), node["metadata"]["labels"].get(CORDON_LABEL)
@@ -177,8 +195,9 @@ def main():
     on = {host: sorted(n for n, hosts in plan["assignment"].items() if host in hosts) for host in ("sim-gpu1", "sim-gpu2")}
 
     step("1. the healthy lab")
-    code, healthy, report_dir = validate("healthy-1")
+    code, healthy, report_dir = validate("healthy-1", *TRAINING)
     expect_healthy(code, healthy, report_dir, "healthy-1")
+    expect_training(healthy)
     subprocess.run([str(ROOT / "tests" / "harness" / "ensure-chromium.sh")], check=True, stdout=subprocess.DEVNULL)
     if subprocess.call([sys.executable, str(ROOT / "tests" / "harness" / "check_report_html.py"), str(report_dir)]) != 0:
         fail("report.html did not render as it should in headless Chromium (above)")
@@ -238,7 +257,7 @@ def main():
     print("validate-lab: the degraded link and the Xid errors turned exactly gpu.pcie_link and gpu.xid red on sim-gpu1")
 
     step("4. the healthy lab again, validate's cordons lifted")
-    code, again, report_dir = validate("healthy-2", "-e", "validate_cordon_failed=true")
+    code, again, report_dir = validate("healthy-2", "-e", "validate_cordon_failed=true", *TRAINING)
     expect_healthy(code, again, report_dir, "healthy-2")
     if statuses(again) != statuses(healthy):
         fail("healthy-2 differs from healthy-1: %s" % sorted(
@@ -259,7 +278,7 @@ def tag_runs(full):
     """validate.yml --tags TAG for each tag of the role's tasks/main.yml, side by side; full: run 4's statuses."""
     tags = list(phases.PHASES) + ["validate_report"]
     started = time.monotonic()
-    for run in [start("tag-" + tag, "--tags", tag) for tag in tags]:
+    for run in [start("tag-" + tag, "--tags", tag, *(TRAINING if tag == "validate_training" else ())) for tag in tags]:
         tag = run[0][len("tag-"):]
         code, report, report_dir = finish(run)
         check_files(report, report_dir)

@@ -307,6 +307,8 @@ def run(args, place, world, paths, progress, progress_path):
     ran = step - start
     progress.update(state="done", step=step, step_time_s=round(step_time / ran, 4) if ran else None)
     write_json(progress_path, progress)
+    # Every rank is past its last collective before any tears down (rank 0 holds the store the others still use).
+    dist.barrier()
     dist.destroy_process_group()
     if not progress["replicas_equal"]:
         raise RuntimeError("the ranks' weights differ after training")

@@ -2,10 +2,11 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A training job's state on this node, as JSON: each rank unit's systemd state and each rank's progress file.
 
-    train_status.py JOB JOB_DIR
+    train_status.py [--samples] JOB JOB_DIR
 
 "running" lists the units still running, "failed" those that failed; "progress" is each rank's progress file
-(JOB_DIR/progress/rank-NNNN.json) as the rank last wrote it.
+(JOB_DIR/progress/rank-NNNN.json) as the rank last wrote it. With --samples, "samples" holds what each rank read
+(JOB_DIR/samples/rank-NNNN.epoch-E.txt: one SHARD/KEY a line) by file name.
 """
 
 import json
@@ -45,16 +46,30 @@ def progress(job_dir):
     return ranks
 
 
+def samples(job_dir):
+    directory = os.path.join(job_dir, "samples")
+    read = {}
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        with open(os.path.join(directory, name), encoding="utf-8") as handle:
+            read[name] = handle.read().split()
+    return read
+
+
 def main(argv):
-    if len(argv) != 3:
+    with_samples = "--samples" in argv[1:]
+    args = [arg for arg in argv[1:] if arg != "--samples"]
+    if len(args) != 2:
         sys.exit(__doc__)
-    found = units(argv[1])
-    print(json.dumps({
+    found = units(args[0])
+    state = {
         "units": found,
         "running": sorted(name for name, state in found.items() if state["sub"] in ("running", "start", "start-pre")),
         "failed": sorted(name for name, state in found.items() if state["active"] == "failed"),
-        "progress": progress(argv[2]),
-    }, sort_keys=True))
+        "progress": progress(args[1]),
+    }
+    if with_samples:
+        state["samples"] = samples(args[1])
+    print(json.dumps(state, sort_keys=True))
 
 
 if __name__ == "__main__":

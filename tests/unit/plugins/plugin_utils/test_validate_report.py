@@ -145,6 +145,9 @@ def test_the_page_has_the_summary_table_and_four_inline_svg_plots(written, repor
     assert "validate_nccl_multinode is false" in _figure(page, "plot-nccl")
     assert "floor (read)" in _figure(page, "plot-disk") and "NVIDIA L40S" in _figure(page, "plot-gpus")
     assert "imagenet-1k-wds: 1 replica (partition), 128 shards, 137.0 GiB" in _figure(page, "plot-datasets")
+    training = re.search(r'<table id="training">(.*?)</table>', page, re.S).group(1)
+    assert re.findall(r"<tr><td>([^<]+)</td><td>(\d+)</td>.*?<td>([\d.]+)</td><td>([\d.]+)</td><td>done</td></tr>",
+                      training) == [("sim-gpu1", "0", "812.4", "0.0123"), ("sim-gpu2", "8", "798.1", "0.0125")]
     details = re.search(r'<table id="details">(.*?)</table>', page, re.S).group(1)
     assert details.count("<tr><td>") == 4 and details.index("gpu.pcie_link") < details.index("runtime.cdi")
 
