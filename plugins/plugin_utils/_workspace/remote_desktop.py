@@ -13,7 +13,7 @@ import re
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 SETTINGS = ("distribution", "major_version", "releases", "users", "listen", "listen_beyond_localhost")
-FOUND = ("accounts", "listening", "active_displays")
+FOUND = ("accounts", "listening", "active_displays", "fqdn")
 
 BASE_PORT = 5900
 DISPLAYS = range(1, 100)
@@ -100,7 +100,8 @@ def preflight_problems(settings, found):
     settings: distribution and major_version (the host's), releases (the releases the role supports there),
     users (remote_desktop_users), listen (remote_desktop_listen), listen_beyond_localhost (its opt-in).
     found: accounts (the host's user names), listening (``ss -Hltn`` lines), active_displays (the displays whose
-    tigervncserver@:N unit is active: their port is in use by this role's own server).
+    tigervncserver@:N unit is active: their port is in use by this role's own server), fqdn (``hostname -f``'s answer,
+    empty where it failed).
     """
     check_keys("settings", settings, SETTINGS)
     check_keys("found", found, FOUND)
@@ -109,6 +110,9 @@ def preflight_problems(settings, found):
         problems.append("%s %s is not supported by remote_desktop; supported %s releases: %s"
                         % (settings["distribution"], settings["major_version"], settings["distribution"],
                            joined(settings["releases"]) or "none"))
+    if not found.get("fqdn"):
+        problems.append("the host's name does not resolve (hostname -f fails), and tigervncserver stops without its fully "
+                        "qualified name; add the name to /etc/hosts or the DNS")
     users = settings["users"] or []
     if not isinstance(users, list):
         return problems + ["remote_desktop_users is not a list; give one entry {name, display, password} per user"]
