@@ -125,7 +125,7 @@ def main():
             "owner": {"type": "str", "required": True},
             "group": {"type": "str", "required": True},
             "mode": {"type": "str", "default": "0600"},
-            "vncpasswd": {"type": "str", "default": "vncpasswd"},
+            "vncpasswd": {"type": "str", "default": "vncpasswd", "no_log": False},  # a program, not a secret
         },
         supports_check_mode=True,
     )
@@ -136,8 +136,9 @@ def main():
     result = {"path": path, "changed": False, "content_changed": False}
     if binary is None:
         if module.check_mode:
-            module.exit_json(**dict(result, changed=True, content_changed=True,
-                                    msg="%s is not installed yet: the file would be written" % module.params["vncpasswd"]))
+            result.update(changed=True, content_changed=True,
+                          msg="%s is not installed yet: the file would be written" % module.params["vncpasswd"])
+            module.exit_json(**result)
         module.fail_json(msg="%s not found; install it first (Debian: tigervnc-tools)" % module.params["vncpasswd"])
     wanted = obfuscated(module, binary, module.params["password"])
     file_args = module.load_file_common_arguments({"path": path, "owner": module.params["owner"],

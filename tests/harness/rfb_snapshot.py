@@ -105,7 +105,7 @@ def frame(sock, width, height):
         kind = recv_exactly(sock, 1)[0]
         if kind == 0:  # FramebufferUpdate
             rects = struct.unpack("!xH", recv_exactly(sock, 3))[0]
-            for _ in range(rects):
+            for dummy in range(rects):
                 x, y, w, h, encoding = struct.unpack("!HHHHi", recv_exactly(sock, 12))
                 if encoding != RAW:
                     raise ConnectionError("the server sent encoding %d, asked for Raw only" % encoding)
@@ -140,7 +140,7 @@ def snapshot(host, port, password, timeout):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--password-file", required=True, help="a file holding the password (plain text, one line)")

@@ -46,7 +46,7 @@ def test_the_judgement(pixels, desktop):
 
 def serve(listener, accept, pixels):
     """One RFB 3.8 session: VNC authentication, accepted or refused, then the frame in two Raw rectangles."""
-    conn, _ = listener.accept()
+    conn, dummy = listener.accept()
     with conn:
         conn.sendall(b"RFB 003.008\n")
         assert rfb.recv_exactly(conn, 12) == b"RFB 003.008\n"
