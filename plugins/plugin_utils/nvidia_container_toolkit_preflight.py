@@ -12,7 +12,7 @@ import re
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
 
 SETTINGS = ("os_family", "distribution", "major_version", "releases", "version", "repo_key_fingerprint",
-            "engine_source", "docker_repo_key_fingerprint", "source", "packages", "local_packages")
+            "engine_source", "docker_repo_key_fingerprint", "source", "packages", "local_packages", "run")
 
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 
@@ -66,4 +66,34 @@ def preflight_problems(settings):
     if local_packages and source != "local":
         problems.append("nvidia_container_toolkit_local_packages is set but nvidia_container_toolkit_source is %s; set "
                         "the source to local to install them" % source)
+    return problems + run_problems(settings.get("run") or {})
+
+
+def run_problems(run):
+    """The run command's settings: image, path, engine, readonly_dirs, docker_install, cdi, engines_found (the
+    engines' binaries found on the node). Nothing is checked where no image is set: no command is installed."""
+    if not run.get("image"):
+        return []
+    problems = []
+    if re.search(r"\s", str(run["image"])):
+        problems.append("nvidia_container_toolkit_run_image=%r holds white space; give one image reference, for example "
+                        "nvcr.io/nvidia/pytorch:25.01-py3" % run["image"])
+    if not str(run.get("path", "")).startswith("/"):
+        problems.append("nvidia_container_toolkit_run_path=%r is not an absolute path; for example /usr/local/bin/run"
+                        % run.get("path"))
+    bad = [str(d) for d in run.get("readonly_dirs") or [] if not str(d).startswith("/") or re.search(r"[,:]", str(d))]
+    if bad:
+        problems.append("nvidia_container_toolkit_run_readonly_dirs holds %s: each must be an absolute path without ',' "
+                        "or ':' (the engines' mount syntax)" % joined(bad))
+    engine = run.get("engine")
+    if engine == "docker" and not run.get("docker_install") and "docker" not in (run.get("engines_found") or []):
+        problems.append("nvidia_container_toolkit_run_engine is docker, but Docker is not installed and "
+                        "nvidia_container_toolkit_docker_install is false; set it to true, or run_engine: podman")
+    if engine == "podman":
+        if "podman" not in (run.get("engines_found") or []):
+            problems.append("nvidia_container_toolkit_run_engine is podman, but podman is not installed; install it from "
+                            "the distribution (apt install podman) or use run_engine: docker")
+        if not run.get("cdi"):
+            problems.append("nvidia_container_toolkit_run_engine is podman, which reaches the GPUs through the CDI spec, "
+                            "but nvidia_container_toolkit_cdi is false; set it to true")
     return problems

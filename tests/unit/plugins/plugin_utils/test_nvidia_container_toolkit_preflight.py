@@ -15,7 +15,10 @@ DEBIAN13 = {
     "os_family": "Debian", "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "version": "1.17.8",
     "repo_key_fingerprint": NVIDIA_KEY, "engine_source": "distribution", "docker_repo_key_fingerprint": DOCKER_KEY,
     "source": "repository", "packages": list(PACKAGES), "local_packages": [],
+    "run": {"image": "", "path": "/usr/local/bin/run", "engine": "docker", "readonly_dirs": ["/srv/datasets"],
+            "docker_install": False, "cdi": True, "engines_found": []},
 }
+RUN = dict(DEBIAN13["run"], image="nvcr.io/nvidia/pytorch:25.01-py3")
 
 
 def debs(version="1.17.8", names=PACKAGES, directory="/srv/debs/"):
@@ -125,3 +128,27 @@ def test_every_problem_at_once_in_the_order_preflight_lists_them():
 def test_an_unknown_key_is_refused_by_name():
     with pytest.raises(ValueError, match="settings has unknown key.s. fingerprint; known: os_family"):
         problems(fingerprint="x")
+
+
+@pytest.mark.parametrize("run", [
+    pytest.param({"image": "", "engine": "podman", "path": "relative"}, id="no-image-no-command"),
+    pytest.param({"docker_install": True}, id="docker-installed-by-the-role"),
+    pytest.param({"engines_found": ["docker"]}, id="docker-there"),
+    pytest.param({"engine": "podman", "engines_found": ["podman"]}, id="podman-there"),
+])
+def test_good_run_settings(run):
+    assert problems(run=dict(RUN, **run)) == []
+
+
+@pytest.mark.parametrize("run, wanted", [
+    ({"image": "nvcr.io/x y", "docker_install": True}, "nvidia_container_toolkit_run_image='nvcr.io/x y' holds white space"),
+    ({"path": "bin/run", "docker_install": True}, "nvidia_container_toolkit_run_path='bin/run' is not an absolute path"),
+    ({"readonly_dirs": ["data", "/a:b", "/ok"], "docker_install": True},
+     "nvidia_container_toolkit_run_readonly_dirs holds data, /a:b: each must be an absolute path"),
+    ({}, "Docker is not installed and nvidia_container_toolkit_docker_install is false; set it to true"),
+    ({"engine": "podman"}, "podman is not installed; install it from the distribution"),
+    ({"engine": "podman", "engines_found": ["podman"], "cdi": False}, "but nvidia_container_toolkit_cdi is false"),
+])
+def test_each_run_problem_names_the_variable_and_the_fix(run, wanted):
+    found = problems(run=dict(RUN, **run))
+    assert len(found) == 1 and wanted in found[0], found
