@@ -27,7 +27,7 @@ def anaconda_install_problems(settings, found):
 
 def anaconda_jupyter_problems(settings, found):
     """One line per Jupyter problem (see _workspace/jupyter.jupyter_problems); found's ss and units are the raw
-    output of ss -ltnpH and systemctl show --property Id,MainPID."""
+    output of ss -ltnpeH and systemctl show --property Id,MainPID."""
     try:
         found = dict(found)
         found["listeners"] = listeners(found.pop("ss", "") or "")

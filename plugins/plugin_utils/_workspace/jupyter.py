@@ -4,7 +4,7 @@
 
 ``jupyter_problems`` turns anaconda_jupyter_* and what preflight found on the node into one line per problem, each
 naming the variable and the fix. ``server_config`` is a user's jupyter_server_config.json. ``listeners`` and
-``main_pids`` read ``ss -ltnpH`` and ``systemctl show --property Id,MainPID`` output.
+``main_pids`` read ``ss -ltnpeH`` and ``systemctl show --property Id,MainPID`` output.
 """
 
 import ipaddress
@@ -21,6 +21,7 @@ _SALTED = re.compile(r"^(sha1|sha256|sha512):([0-9a-f]+):([0-9a-f]+)$")
 _ARGON2 = re.compile(r"^argon2:\$argon2(id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$")
 _PORT = re.compile(r":(\d+)$")
 _PID = re.compile(r"pid=(\d+)")
+_CGROUP = re.compile(r"cgroup:\S*/([^/\s]+\.service)(?:\s|$)")
 
 
 def is_loopback(ip):
@@ -41,7 +42,8 @@ def password_hash_ok(value):
 
 
 def listeners(ss_output):
-    """{port: [pid, ...]} of the listening TCP sockets in ``ss -ltnpH`` output (pids empty where ss shows none)."""
+    """{port: [socket, ...]} of the listening TCP sockets in ``ss -ltnpeH`` output, each socket a dict of its ``pids``
+    (empty where ss may not read them) and the systemd ``unit`` of its cgroup (empty where ss shows none)."""
     found = {}
     for line in ss_output.splitlines():
         fields = line.split()
@@ -49,8 +51,10 @@ def listeners(ss_output):
             continue
         port = _PORT.search(fields[3])
         if port:
-            pids = found.setdefault(int(port.group(1)), [])
-            pids.extend(int(pid) for pid in _PID.findall(" ".join(fields[5:])) if int(pid) not in pids)
+            cgroup = _CGROUP.search(line)
+            found.setdefault(int(port.group(1)), []).append({
+                "pids": sorted({int(pid) for pid in _PID.findall(line)}),
+                "unit": cgroup.group(1) if cgroup else ""})
     return found
 
 
@@ -62,6 +66,19 @@ def main_pids(show_output):
         if "Id" in values:
             pids[values["Id"]] = int(values.get("MainPID") or 0)
     return pids
+
+
+def _ours(socket, unit, main_pid):
+    """Whether a listening socket is the unit's: by its cgroup, or where ss shows none, by the unit's main PID."""
+    if socket["unit"]:
+        return socket["unit"] == unit
+    return bool(main_pid) and socket["pids"] == [main_pid]
+
+
+def _holder(socket):
+    if socket["unit"]:
+        return socket["unit"]
+    return joined("pid %d" % pid for pid in socket["pids"]) or "a process ss does not name"
 
 
 def _user_problems(index, user, settings, found):
@@ -95,12 +112,12 @@ def _user_problems(index, user, settings, found):
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         problems.append("%s: port %r is not a TCP port (1-65535)" % (label, port))
     else:
-        ours = found["main_pids"].get(settings["unit"] % name, 0)
-        others = [pid for pid in found["listeners"].get(port, []) if pid != ours]
-        if port in found["listeners"] and (others or not found["listeners"][port]):
-            problems.append("%s: port %d is in use on this host (ss -ltnp: %s), not by %s; choose another port, or stop "
-                            "what listens there" % (label, port, joined("pid %d" % pid for pid in others) or "listening",
-                                                    settings["unit"] % name))
+        unit = settings["unit"] % name
+        others = [_holder(socket) for socket in found["listeners"].get(port, [])
+                  if not _ours(socket, unit, found["main_pids"].get(unit, 0))]
+        if others:
+            problems.append("%s: port %d is in use on this host (ss -ltnpe: %s), not by %s; choose another port, or "
+                            "stop what listens there" % (label, port, joined(sorted(set(others))), unit))
     missing = [env for env in user.get("environments") or [] if env not in settings["environments"]]
     if missing:
         problems.append("%s: environments lists %s, not in anaconda_environments (%s); add them there or drop them"
