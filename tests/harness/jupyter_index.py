@@ -85,7 +85,7 @@ def write_index(cache, out):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--python-version", action="append", dest="pythons",
                         help="CPython X.Y of the nodes (repeatable; default 3.13, Debian 13's)")
@@ -105,8 +105,8 @@ def main(argv=None):
             have.append(key)
             done.write_text("\n".join(sorted(have)) + "\n")
     count = write_index(cache, args.out)
-    print("%s/simple (%d projects, CPython %s on %s, from %s)" % (args.out, count, ", ".join(pythons),
-                                                                 ", ".join(archs), cache), file=sys.stderr)
+    print("%s/simple (%d projects, CPython %s on %s, from %s)"
+          % (args.out, count, ", ".join(pythons), ", ".join(archs), cache), file=sys.stderr)
     print(args.out / "simple")
     return 0
 

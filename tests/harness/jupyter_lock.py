@@ -52,7 +52,7 @@ def resolve(requirements, python, platforms, index_url, constraints=None):
             argv += ["--platform", platform]
         if constraints:
             path = pathlib.Path(work) / "constraints.txt"
-            path.write_text("".join("%s==%s\n" % (name, version) for name, (version, _) in constraints.items()))
+            path.write_text("".join("%s==%s\n" % (name, pin[0]) for name, pin in constraints.items()))
             argv += ["--constraint", str(path)]
         subprocess.run(argv + list(requirements), check=True, env=env)
         found = {}
@@ -82,7 +82,7 @@ def lock_lines(resolutions):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--index-url", default="https://pypi.org/simple")
     parser.add_argument("--jupyterlab", default=JUPYTERLAB)
     parser.add_argument("--ipykernel", default=IPYKERNEL)

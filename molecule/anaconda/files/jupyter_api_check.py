@@ -54,8 +54,8 @@ class Client:
             self.headers["Authorization"] = "token " + token
             return None
         self.request("GET", "/login")
-        status, _, headers = self.request("POST", "/login?next=%2Flab",
-                                          form={"password": password, "_xsrf": self.cookie("_xsrf") or ""})
+        form = {"password": password, "_xsrf": self.cookie("_xsrf") or ""}
+        status, _body, headers = self.request("POST", "/login?next=%2Flab", form=form)
         return {"status": status, "location": headers.get("Location", "")}
 
     async def run(self, kernel_id, codes):
@@ -115,12 +115,12 @@ def main():
         report["wrong_token_status"] = wrong.request("GET", "/api/status")[0]
     report["login"] = client.login(token=token, password=args.password)
     report["status"] = client.request("GET", "/api/status")[0]
-    status, body, _ = client.request("GET", "/api/kernelspecs")
+    status, body, _headers = client.request("GET", "/api/kernelspecs")
     specs = json.loads(body)["kernelspecs"] if status == 200 else {}
     report["kernelspecs"] = {name: spec["spec"]["argv"][0] for name, spec in sorted(specs.items())}
     report["results"] = {}
     for name in sorted(name for name in specs if name.startswith("conda-env-")):
-        status, body, _ = client.request("POST", "/api/kernels", body={"name": name})
+        status, body, _headers = client.request("POST", "/api/kernels", body={"name": name})
         if status != 201:
             report["results"][name] = "start: %d %s" % (status, body[:200])
             continue
