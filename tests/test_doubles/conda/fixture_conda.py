@@ -15,13 +15,16 @@ in the real conda's (24.x) output formats:
 
 Its version is the one in the conda package record (conda-meta/conda-<version>-<build>.json), as for the real conda.
 It reads no .condarc settings (the test image has no YAML parser): pkgs_dirs and channels are conda's defaults.
-Environments get no packages: the history records the specs of the file (its "dependencies:" block list).
+Environments get no conda packages: the history records the specs of the file (its "dependencies:" block list).
+Each environment is made a Python virtual environment of the host's python3 (P/bin/python, with pip where the host has
+ensurepip), so that what the role installs into it with `P/bin/python -m pip` (ipykernel, for Jupyter) really runs.
 """
 import datetime
 import glob
 import json
 import os
 import platform
+import subprocess
 import sys
 
 PREFIX = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -123,6 +126,8 @@ def env(args):
         print("\nEnvironmentLocationNotFound: Not a conda environment: %s\n" % target, file=sys.stderr)
         return 1
     specs = specs_of(spec_file)
+    if not os.path.exists(os.path.join(target, "bin", "python")):
+        python_venv(target)
     os.makedirs(os.path.join(target, "conda-meta"), exist_ok=True)
     with open(os.path.join(target, "conda-meta", "history"), "a") as history:
         history.write("==> %s <==\n" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
@@ -131,6 +136,15 @@ def env(args):
         history.write("# update specs: %s\n" % json.dumps(specs))
     print("\n#\n# To activate this environment, use\n#\n#     $ conda activate %s\n#" % target)
     return 0
+
+
+def python_venv(target):
+    try:
+        import ensurepip  # noqa: F401 pylint: disable=unused-import,import-outside-toplevel
+        pip = []
+    except ImportError:
+        pip = ["--without-pip"]
+    subprocess.run(["/usr/bin/python3", "-m", "venv"] + pip + [target], check=True, stdout=subprocess.DEVNULL)
 
 
 INIT_FILES = {"bash": ".bashrc", "zsh": ".zshrc"}

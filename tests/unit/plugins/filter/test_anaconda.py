@@ -6,12 +6,38 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.anaconda import (
-    FilterModule, anaconda_install_action, anaconda_install_problems)
+    FilterModule, anaconda_install_action, anaconda_install_problems, anaconda_jupyter_config, anaconda_jupyter_problems)
 
 
-def test_both_filters_are_exposed():
+def test_the_filters_are_exposed():
     assert FilterModule().filters() == {"anaconda_install_action": anaconda_install_action,
-                                        "anaconda_install_problems": anaconda_install_problems}
+                                        "anaconda_install_problems": anaconda_install_problems,
+                                        "anaconda_jupyter_problems": anaconda_jupyter_problems,
+                                        "anaconda_jupyter_config": anaconda_jupyter_config}
+
+
+JUPYTER = {"users": [{"name": "alice", "port": 8765, "token": "0123456789abcdef"}], "ip": "127.0.0.1", "certfile": "",
+           "keyfile": "", "environments": [], "unit": "dlinfra-jupyter@%s.service"}
+FOUND = {"passwd": ["alice"], "cert_exists": False, "key_exists": False, "cert_pubkey": "", "key_pubkey": ""}
+
+
+def test_the_jupyter_problems_filter_reads_raw_ss_and_systemctl_output():
+    ss = ("LISTEN 0      5      127.0.0.1:8765 0.0.0.0:* users:((\"python3\",pid=388,fd=3)) ino:14397308 sk:62 "
+          "cgroup:/system.slice/fixture-conda-mirror.service <->\n")
+    assert anaconda_jupyter_problems(JUPYTER, dict(FOUND, ss=ss, units="MainPID=0\nId=dlinfra-jupyter@alice.service\n")) == [
+        "anaconda_jupyter_users[0] (alice): port 8765 is in use on this host (ss -ltnpe: fixture-conda-mirror.service), "
+        "not by dlinfra-jupyter@alice.service; choose another port, or stop what listens there"]
+    # A skipped probe hands no output at all.
+    assert anaconda_jupyter_problems(JUPYTER, dict(FOUND, ss=None)) == []
+    with pytest.raises(AnsibleFilterError, match="anaconda_jupyter_problems: found has unknown key"):
+        anaconda_jupyter_problems(JUPYTER, dict(FOUND, extra=1))
+
+
+def test_the_jupyter_config_filter_and_its_error():
+    assert anaconda_jupyter_config({"name": "alice", "port": 8888}, "/home/alice",
+                                   {"ip": "127.0.0.1", "tls": {}, "kernels": {}})["ServerApp"]["root_dir"] == "/home/alice"
+    with pytest.raises(AnsibleFilterError, match="anaconda_jupyter_config: 'port'"):
+        anaconda_jupyter_config({"name": "alice"}, "/home/alice", {"ip": "127.0.0.1", "tls": {}, "kernels": {}})
 
 
 @pytest.mark.parametrize("args, action", [

@@ -43,3 +43,19 @@ def test_the_paths_cover_the_prefix_and_each_environment(tmp_path):
     assert "/opt/anaconda3/conda-meta" in paths and "/etc/profile.d/dlinfra-conda.sh" in paths
     assert "/opt/anaconda3/envs/train/conda-meta" in paths
     assert "/opt/anaconda3/envs/train/conda-meta/dlinfra-environment.yml" in paths
+
+
+def test_without_jupyter_users_the_record_holds_no_jupyter_item(tmp_path):
+    assert not [path for path in render("__anaconda_managed_paths", tmp_path) if "jupyter" in path]
+    assert render("__anaconda_managed_services", tmp_path) == []
+
+
+def test_the_jupyter_servers_packages_settings_and_services_are_recorded(tmp_path):
+    users = [{"name": "alice", "port": 8888, "token": "0123456789abcdef"}]
+    paths = render("__anaconda_managed_paths", tmp_path, anaconda_jupyter_users=users)
+    assert {"/opt/anaconda3/jupyter/bin", "/opt/anaconda3/jupyter/share/jupyter/kernels", "/etc/dlinfra-jupyter",
+            "/etc/dlinfra-jupyter/alice", "/etc/dlinfra-jupyter/alice/jupyter_server_config.json",
+            "/etc/systemd/system/dlinfra-jupyter@.service", "/opt/anaconda3/envs/train/bin"} <= set(paths)
+    assert render("__anaconda_managed_services", tmp_path, anaconda_jupyter_users=users) == [
+        "dlinfra-jupyter@alice.service"]
+    assert render("__anaconda_jupyter_kernels", tmp_path) == {"train": "conda-env-train"}
