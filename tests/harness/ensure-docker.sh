@@ -26,9 +26,11 @@ if ! answers; then
     if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
       systemctl start docker || true
     fi
-    if ! answers && ! pgrep -x dockerd >/dev/null 2>&1; then
+    # This host's own dockerd, by its pid file: `pgrep dockerd` would also find the engines inside test containers.
+    if ! answers && ! { [ -s /var/run/docker.pid ] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; }; then
       echo "ensure-docker: starting dockerd (log: $log)"
-      nohup dockerd >"$log" 2>&1 &
+      # In a session of its own: stopping the job that started it (a stage, a shell) must not stop the engine.
+      setsid nohup dockerd >"$log" 2>&1 < /dev/null &
     fi
   else
     die "Docker is installed but no daemon answers and we are not root: start it (sudo systemctl start docker) or add $(id -un) to the docker group"
