@@ -6,7 +6,8 @@
 #                    site.yml is not run: `ansible-playbook site.yml -i inventories/sim` (or the installed
 #                    collection's dlinfra.gpu_cluster.site) configures the lab from there.
 #   demo.sh up       lab, then site.yml with the per-host role summary, then the report, then validate.yml (the
-#                    acceptance report under .cache/demo/validate/), then train.yml on the lab's dataset
+#                    acceptance report under .cache/demo/validate/), then train.yml on the lab's dataset, then the
+#                    workspace: Jupyter Lab and a VNC desktop for a user of the GPU nodes (demo.sh workspace alone)
 #   demo.sh report   what the lab holds: Kubernetes nodes, staged datasets, conda environments, a GPU job dry run
 #   demo.sh down     remove the lab (containers, networks, the MicroK8s test double's shared state)
 #   demo.sh attempts (air-gapped lab) the nodes' outbound attempts the store recorded; exit 1 if there are any
@@ -192,12 +193,33 @@ train() {
   echo "demo: each rank's journal: docker exec sim-gpu1 journalctl -u 'dlinfra-train-yt8m-mini-rank-*'"
 }
 
+# Where people work: Jupyter Lab and a VNC desktop for a user of the GPU nodes (tests/fixtures/workspace.yml), on their
+# loopback only; Jupyter's pinned wheels come from an index on the store, as a site without PyPI would serve them.
+workspace() {
+  echo
+  echo "demo: Jupyter Lab and a VNC desktop for alice on the GPU nodes, listening on their loopback only"
+  .venv/bin/python tests/harness/jupyter_index.py "$cache/pypi" --python-version 3.13 >/dev/null
+  docker exec sim-store mkdir -p /var/www/html/pypi
+  docker cp "$cache/pypi/." sim-store:/var/www/html/pypi
+  for node in sim-gpu1 sim-gpu2; do
+    docker exec "$node" sh -c 'id -u alice >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alice'
+    # The driver test double registers NVIDIA's GLX alternative without NVIDIA's libGL, which Xtigervnc links.
+    docker exec "$node" sh -c 'if update-alternatives --query glx >/dev/null 2>&1; then
+      update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null; fi'
+  done
+  quietly "$cache/logs/workspace.log" site.yml --limit cluster_sim -e @tests/fixtures/workspace.yml
+  echo "demo: on a real cluster: ssh -L 8888:localhost:8888 -L 5901:localhost:5901 alice@NODE, then open"
+  echo "  http://localhost:8888/lab?token=TOKEN and a VNC viewer on localhost:5901 (token, password: tests/fixtures/workspace.yml)"
+  echo "demo: in the lab: docker exec sim-gpu1 curl -s -H 'Authorization: token TOKEN' http://127.0.0.1:8888/api/kernelspecs"
+}
+
 up() {
   lab
   site
   report
   validate
   train
+  workspace
   if [ "$airgap" = 1 ]; then
     echo
     attempts
@@ -220,7 +242,8 @@ case ${1:-} in
   report) report ;;
   validate) validate ;;
   train) train ;;
+  workspace) workspace ;;
   down) down ;;
   attempts) attempts ;;
-  *) echo "usage: [AIRGAP=1] $0 lab|up|report|validate|train|down|attempts" >&2; exit 2 ;;
+  *) echo "usage: [AIRGAP=1] $0 lab|up|report|validate|train|workspace|down|attempts" >&2; exit 2 ;;
 esac

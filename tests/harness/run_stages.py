@@ -66,6 +66,9 @@ def stages():
         # dlinfra.gpu_cluster.train on that lab with Debian's PyTorch: bad input refused, an epoch read exactly once
         # across 2 nodes x 2 ranks, a rank killed mid-epoch and the re-run resumed from the checkpoint.
         ("train", ["python", HARNESS + "/train_lab.py"]),
+        # Where people work, on sim-gpu1: Jupyter Lab (wheels through the store's index) and a VNC desktop for a user,
+        # each answering with its secret only, and neither reachable in a port scan from another lab host.
+        ("workspace", ["python", HARNESS + "/workspace_lab.py"]),
         # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
         ("rolling", ["python", HARNESS + "/rolling_lab.py"]),
         # The offline bundle, built on that lab's store from what its converges fetched through the store's apt proxy,
