@@ -203,9 +203,10 @@ workspace() {
   docker cp "$cache/pypi/." sim-store:/var/www/html/pypi
   for node in sim-gpu1 sim-gpu2; do
     docker exec "$node" sh -c 'id -u alice >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alice'
-    # The driver test double registers NVIDIA's GLX alternative without NVIDIA's libGL, which Xtigervnc links.
-    docker exec "$node" sh -c 'if update-alternatives --query glx >/dev/null 2>&1; then
-      update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null; fi'
+    # The driver's Debian packages select NVIDIA's GLX alternative, which holds no libGL without NVIDIA's GLX package;
+    # Xtigervnc links libGL. The lab's GPU nodes take Mesa's.
+    docker exec "$node" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 \
+      libglx-mesa0 >/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null'
   done
   quietly "$cache/logs/workspace.log" site.yml --limit cluster_sim -e @tests/fixtures/workspace.yml
   echo "demo: on a real cluster: ssh -L 8888:localhost:8888 -L 5901:localhost:5901 alice@NODE, then open"

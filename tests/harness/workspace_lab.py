@@ -96,10 +96,11 @@ def main():
     copy_to(STORE, index, "/var/www/html/pypi")
     for node in GPU_NODES:
         sh(node, "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (USER, USER))
-        # The driver test double registers NVIDIA's GLX alternative without NVIDIA's libGL, which Xtigervnc links: the
-        # lab's GPU nodes take Mesa's, which Debian's driver packages keep beside it.
-        sh(node, "if update-alternatives --query glx >/dev/null 2>&1; then "
-                 "update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null; fi")
+        # The driver's Debian packages divert Mesa's libGL and select NVIDIA's GLX alternative, which holds no libGL
+        # without NVIDIA's GLX package; Xtigervnc links libGL (the remote_desktop role stops naming this). The lab's
+        # GPU nodes, which have no GPU to render with, take Mesa's.
+        sh(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 libglx-mesa0 "
+                 ">/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null")
     converge("first")
     if converge("again"):
         fail("the second run changed something on %s (log %s)" % (NODE, WORK / "again.log"))
