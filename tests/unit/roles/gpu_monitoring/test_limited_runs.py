@@ -33,18 +33,23 @@ def plan(play_hosts, groups=None, **extra):
     return gpu_monitoring_scrape_plan(hosts, groups or GROUPS, templar.template(variables["__gpu_monitoring_scrape_settings"]))
 
 
-def test_a_limited_run_plans_every_host_of_the_inventory():
+def test_a_limited_run_plans_every_host_of_the_inventory_in_name_order():
     whole = plan(["head1", "gpu1", "gpu2"])
-    assert whole["servers"] == {"head1": ["head1", "gpu1", "gpu2"]}
+    assert whole["servers"] == {"head1": ["gpu1", "gpu2", "head1"]}
     assert plan(["head1", "gpu1"]) == whole
     assert plan(["head1"]) == whole
 
 
 def test_a_play_host_outside_the_pattern_is_scraped_too():
     groups = dict(GROUPS, gpu_monitoring_server=["bastion"])
-    assert plan(["gpu1", "bastion"], groups)["servers"] == {"bastion": ["head1", "gpu1", "gpu2", "bastion"]}
+    assert plan(["gpu1", "bastion"], groups)["servers"] == {"bastion": ["bastion", "gpu1", "gpu2", "head1"]}
     assert plan(["gpu1", "bastion"], groups, gpu_monitoring_scrape_pattern="head")["servers"] == {
-        "bastion": ["head1", "gpu1", "bastion"]}
+        "bastion": ["bastion", "gpu1", "head1"]}
+
+
+def test_the_order_does_not_follow_groups_all_which_a_group_by_moves():
+    moved = dict(GROUPS, all=list(reversed(GROUPS["all"])))
+    assert plan(["head1", "gpu1", "gpu2"], moved) == plan(["head1", "gpu1", "gpu2"])
 
 
 SETTINGS = {"cluster_group_pattern": "^cluster_", "rack_group_pattern": "^rack_", "role_groups": ["head", "gpu_nodes"],
