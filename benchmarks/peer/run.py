@@ -30,7 +30,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "collections"))
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_plan  # noqa: E402
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import plan as shard_plan  # noqa: E402
 # The engine's own check; the Docker engine, and so the runs' pids, are on this machine.
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import pid_alive  # noqa: E402
 

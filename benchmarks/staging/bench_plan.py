@@ -40,21 +40,21 @@ def _planner():
     collections = Path(__file__).resolve().parents[2] / "collections"
     if str(collections) not in sys.path:
         sys.path.insert(0, str(collections))
-    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import plan as shard_plan  # pylint: disable=import-outside-toplevel
 
     return shard_plan
 
 
 def _placement():
     _planner()
-    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_placement  # pylint: disable=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import placement as shard_placement  # pylint: disable=import-outside-toplevel
 
     return shard_placement
 
 
 def _sources():
     _planner()
-    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import shard_sources  # pylint: disable=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import sources as shard_sources  # pylint: disable=import-outside-toplevel
 
     return shard_sources
 

@@ -1,21 +1,21 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""converged_state's controller half: the role's inputs digest (plugin_utils/converged_inputs.py), then the module.
+"""converged_state's controller half: the role's inputs digest (plugin_utils/_converged/inputs.py), then the module.
 With gather_facts, the node's min facts are gathered first in the same task (a role's setup task less on every run) and
 the digest is made with them; where an earlier role of this run gathered them and every role since found the node
-converged, those are still the node's and are used as they are (plugin_utils/converged_facts.py).
+converged, those are still the node's and are used as they are (plugin_utils/_converged/facts.py).
 gpu_cluster_full_run=true (an inventory or extra variable) makes every role run in full, as before records existed.
-A record is written only by a run of every phase of the role (plugin_utils/converged_record.py): one that --tags or
+A record is written only by a run of every phase of the role (plugin_utils/_converged/record.py): one that --tags or
 --skip-tags limit is skipped here, before the node is asked anything."""
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_controller import controller_path_items
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import FACT, gathered_in, run_id
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_inputs import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.controller import controller_path_items
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.facts import FACT, gathered_in, run_id
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.inputs import (
     collection_version, inputs_digest, role_files_digest, role_variables)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_record import every_phase_runs
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.record import every_phase_runs
 
 FULL_RUN = "gpu_cluster_full_run"
 

@@ -4,14 +4,14 @@
 (the module), and resolves the driver flavour the GPUs get (plugin_utils/nvidia_driver_choice), which needs the
 controller: a re-run of site.yml pays one task here for what took five on every node. Without it, the module alone.
 A node the plan will change (a reboot may bring another kernel) has its min facts gathered again by the next role
-(plugin_utils/converged_facts.py)."""
+(plugin_utils/_converged/facts.py)."""
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import plan_for
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import FACT
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import DriverChoiceError, node_flavor
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.facts import FACT
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.choice import DriverChoiceError, node_flavor
 
 GPU_FACTS = "dlinfra.gpu_cluster.nvidia_gpu_facts"
 MODULE = "dlinfra.gpu_cluster.rolling_plan"

@@ -20,11 +20,11 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import basic_authorization, redact_url, split_user_info
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.inventory_slices import target_clusters
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.inventory_slices import target_clusters
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import (
     host_shards, host_streamed, make_plan, peer_roles, rank_split)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_sources import expand_source, parse_index, shard_records
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.sources import expand_source, parse_index, shard_records
 
 display = Display()
 

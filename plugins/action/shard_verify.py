@@ -9,7 +9,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import node_shards, node_streamed
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import node_shards, node_streamed
 
 
 def planned_shards(plan, host):

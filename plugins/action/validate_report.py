@@ -11,9 +11,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_checks import evaluate
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_phases import mark_unread
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_report import summarize, write_report
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.checks import evaluate
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.phases import mark_unread
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.report import summarize, write_report
 
 
 def _plain(value):

@@ -5,7 +5,7 @@ configuration: thin wrappers over plugin_utils/anaconda_install and plugin_utils
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.anaconda_install import install_action, install_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._anaconda.install import install_action, install_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._workspace.jupyter import (
     jupyter_problems, listeners, main_pids, server_config)
 

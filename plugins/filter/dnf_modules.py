@@ -3,7 +3,7 @@
 """The dnf commands that enable one module stream: a thin wrapper over plugin_utils/dnf_modules."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.dnf_modules import module_stream_commands
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.dnf_modules import module_stream_commands
 
 
 def dnf_module_stream_commands(listing, module, stream):

@@ -7,8 +7,8 @@ import yaml
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_checks import preflight_problems
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.gpu_monitoring_scrape import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.checks import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.scrape import (
     alertmanagers, dcgm_targets_in, prometheus_config, retention_problem, scrape_servers)
 
 

@@ -3,7 +3,7 @@
 """The nccl role's preflight problems: a thin wrapper over plugin_utils/nccl_preflight."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nccl_preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.preflight import preflight_problems
 
 
 def nccl_problems(settings, found):

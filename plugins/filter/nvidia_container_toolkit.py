@@ -4,7 +4,7 @@
 plugin_utils/nvidia_container_toolkit_preflight."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_container_toolkit_preflight import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_container_toolkit.preflight import (
     preflight_problems)
 
 

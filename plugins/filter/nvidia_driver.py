@@ -8,11 +8,11 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.choice import (
     DriverChoiceError, cuda_driver_problem, driver_plans, node_flavor)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_preflight import preflight_problems
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_swap import swap_out, swap_problem
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.swap import swap_out, swap_problem
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.ubuntu_modules import precompiled_modules
 
 
 def nvidia_driver_plans(hostvars, hosts, groups, settings):

@@ -3,7 +3,7 @@
 """The train role's launch decision: a thin wrapper over plugin_utils/train_job."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.train_job import launch, outcome, rank_line
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._train.job import launch, outcome, rank_line
 
 
 def train_launch(nodes, dataset, settings):

@@ -8,7 +8,7 @@ ranks' own output: the samples they read (SHARD/KEY lines), their steps, the all
 the replicas ended equal.
 """
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_result import check
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.result import check
 
 _NOT_SET = ("validate_training_dataset is not set; set it to a small dataset staged on the cluster's GPU nodes to run "
             "a short DDP job over them")

@@ -10,7 +10,7 @@ naming the variable and the fix. ``server_config`` is a user's jupyter_server_co
 import ipaddress
 import re
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys, joined
 
 SETTINGS = ("users", "ip", "certfile", "keyfile", "environments", "unit")
 FOUND = ("passwd", "listeners", "main_pids", "cert_exists", "key_exists", "cert_pubkey", "key_pubkey")

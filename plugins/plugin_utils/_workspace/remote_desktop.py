@@ -10,7 +10,7 @@ user and its length do.
 import ipaddress
 import re
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.role_inputs import check_keys, joined
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys, joined
 
 SETTINGS = ("distribution", "major_version", "releases", "users", "listen", "listen_beyond_localhost")
 FOUND = ("accounts", "listening", "active_displays", "fqdn")

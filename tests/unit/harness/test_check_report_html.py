@@ -11,11 +11,11 @@ import re
 import pytest
 from PIL import Image
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import _validate_plots as plots
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.validate_report import html_page
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots as plots
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.report import html_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-FIXTURE = ROOT / "tests" / "unit" / "plugins" / "plugin_utils" / "fixtures" / "validate_report_3_nodes.json"
+FIXTURE = ROOT / "tests" / "unit" / "plugins" / "plugin_utils" / "_validate" / "fixtures" / "validate_report_3_nodes.json"
 NODES = ["sim-gpu1", "sim-gpu2", "sim-gpu3"]
 
 

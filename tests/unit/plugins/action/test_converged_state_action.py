@@ -11,7 +11,7 @@ from ansible.template import Templar
 from ansible.parsing.dataloader import DataLoader
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.converged_state import ActionModule
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.converged_facts import run_id
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._converged.facts import run_id
 
 
 @pytest.fixture

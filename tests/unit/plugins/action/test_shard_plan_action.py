@@ -13,7 +13,7 @@ import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import (
     LIST_KEEP_SECONDS, ActionModule, learn_shards, node_lists, plan_dataset, probe_size, prune_lists, write_list)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import (
     ShardPlanError, make_plan, node_shards, node_streamed, peer_roles)
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_verify import planned_shards
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
 
 SHARDS = [{"name": "s-%02d.tar" % i, "url": "http://store/s-%02d.tar" % i, "size": 100 + i, "sha256": "%064x" % i}
           for i in range(20)]

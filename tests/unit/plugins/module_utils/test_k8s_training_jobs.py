@@ -17,7 +17,7 @@ import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_jobs import ManifestError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_training_jobs import training_job
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 # The Kubernetes minor of the microk8s role's pinned channel (a test below keeps the two the same).

@@ -17,7 +17,7 @@ import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.kubetpl import DEFAULT_IMAGE
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 COLLECTIONS = ROOT / "collections"

@@ -34,8 +34,8 @@ import types
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging import transfer
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.journal import PART_SUFFIX
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import host_shards, make_plan
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan_errors import ShardPlanError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import host_shards, make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules.shard_space import measure
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))

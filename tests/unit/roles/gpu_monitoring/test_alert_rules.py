@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import gpu_metrics, staging_metrics
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import validate_gpu
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import gpu as validate_gpu
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 RULES = ROOT / "roles" / "gpu_monitoring" / "files" / "prometheus" / "dlinfra-gpu.rules.yml"

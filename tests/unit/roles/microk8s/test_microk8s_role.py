@@ -24,7 +24,7 @@ from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.kubetpl import DEFAULT_IMAGE, DEFAULT_WORLDS_DIR
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
 from role_vars import MODULE_UTILS, imported_closure, load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"

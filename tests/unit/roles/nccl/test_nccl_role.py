@@ -18,7 +18,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nccl_preflight
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl import preflight as nccl_preflight
 from role_vars import load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nccl"

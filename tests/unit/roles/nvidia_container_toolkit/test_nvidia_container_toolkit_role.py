@@ -16,7 +16,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nvidia_container_toolkit_preflight
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_container_toolkit import preflight as nvidia_container_toolkit_preflight
 from role_vars import role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_container_toolkit"

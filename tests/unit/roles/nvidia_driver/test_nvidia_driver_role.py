@@ -20,9 +20,9 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils import nvidia_driver_preflight
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_choice import driver_plans
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.nvidia_driver_ubuntu_modules import precompiled_modules
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver import preflight as nvidia_driver_preflight
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.choice import driver_plans
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.ubuntu_modules import precompiled_modules
 from role_vars import platform_file, role_vars, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nvidia_driver"

@@ -15,7 +15,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_training_jobs import training_job
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import make_plan
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
 from role_vars import load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "shard_staging"

@@ -14,7 +14,7 @@ import threading
 import pytest
 import webdataset
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils.shard_plan import (
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import (
     ShardPlanError, make_plan, node_shards, node_streamed)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
 
