@@ -47,7 +47,8 @@ def _planner():
 
 def _placement():
     _planner()
-    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import placement as shard_placement  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import placement as shard_placement
 
     return shard_placement
 

@@ -22,7 +22,7 @@ from html.parser import HTMLParser
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots as plots  # noqa: E402
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots  # noqa: E402
 
 PLOT_IDS = ("plot-nccl", "plot-disk", "plot-gpus", "plot-datasets")
 # The least any plot draws (one with nothing to show still has its background, axes and a title saying why); an

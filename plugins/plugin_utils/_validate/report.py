@@ -21,7 +21,7 @@ import re
 import tempfile
 import xml.etree.ElementTree as ET
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots as plots
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.plots import MissingMatplotlib
 
 STATUSES = ("pass", "fail", "skip")

@@ -11,7 +11,7 @@ import re
 import pytest
 from PIL import Image
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots as plots
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.report import html_page
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]

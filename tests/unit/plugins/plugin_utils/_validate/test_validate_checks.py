@@ -10,7 +10,9 @@ from xml.etree import ElementTree
 import jsonschema
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import checks as validate_checks, report as validate_report, result as validate_result
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import checks as validate_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import report as validate_report
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import result as validate_result
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[4]

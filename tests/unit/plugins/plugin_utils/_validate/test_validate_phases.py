@@ -9,7 +9,9 @@ import pathlib
 import jsonschema
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import checks as validate_checks, phases as validate_phases, report as validate_report
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import checks as validate_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import phases as validate_phases
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import report as validate_report
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[4]
