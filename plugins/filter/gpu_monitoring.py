@@ -18,16 +18,6 @@ def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
     return preflight_problems(settings, host, list(ss_lines or []), ss_error or None)
 
 
-def _per_host(hostvars, hosts, name):
-    """{host: value} of the variable ``name`` on each of ``hosts`` where it is set and not empty."""
-    found = {}
-    for host in hosts:
-        value = hostvars[host].get(name) if host in hostvars else None
-        if value:
-            found[host] = str(value)
-    return found
-
-
 def gpu_monitoring_scrape_plan(hosts, groups, settings):
     """{"servers": {server: [hosts it scrapes]}, "problems": {host: problem}} (see scrape_servers)."""
     try:
@@ -45,25 +35,26 @@ def gpu_monitoring_scrape_plan(hosts, groups, settings):
     return {"servers": servers, "problems": problems}
 
 
-def _dcgm_targets(hostvars, hosts, in_place):
-    """The dcgm-exporters the run found (__gpu_monitoring_dcgm_target); for a host the run left out, which has no such
-    fact, the one the configuration in place (``in_place``, prometheus.yml's text) scrapes."""
+def _dcgm_targets(found, in_place):
+    """The dcgm-exporters the run found (``found``: {host: target, '' for none}); for a host the run did not look at
+    (false there), the one the configuration in place (``in_place``, prometheus.yml's text) scrapes."""
     try:
         kept = dcgm_targets_in(yaml.safe_load(in_place or "") or {})
     except (yaml.YAMLError, AttributeError, TypeError):
         kept = {}  # not a file the role wrote: the run rewrites it whole
-    left_out = [host for host in hosts if "__gpu_monitoring_dcgm_target" not in hostvars.get(host, {})]
+    left_out = [host for host, target in found.items() if target is False or target is None]
     return dict({host: kept[host] for host in left_out if host in kept},
-                **_per_host(hostvars, hosts, "__gpu_monitoring_dcgm_target"))
+                **{host: str(target) for host, target in found.items() if target})
 
 
-def gpu_monitoring_prometheus_config(server, plan, groups, hostvars, settings, in_place=""):
-    """prometheus.yml for ``server`` as a mapping (see prometheus_config): the hosts' gpu_monitoring_scrape_address
-    and the dcgm-exporters found (__gpu_monitoring_dcgm_target) come from hostvars, and from ``in_place`` for the
-    hosts the run left out."""
+def gpu_monitoring_prometheus_config(server, plan, groups, addresses, dcgm_targets, settings, in_place=""):
+    """prometheus.yml for ``server`` as a mapping (see prometheus_config). ``addresses``: {host: the address to scrape
+    it at, '' for its name}; ``dcgm_targets``: {host: its dcgm-exporter, '' for none, false where the run did not look,
+    which keeps the one ``in_place`` (prometheus.yml's text) has}."""
     hosts = plan.get("servers", {}).get(server, [])
-    settings = dict(settings, addresses=_per_host(hostvars, hosts, "gpu_monitoring_scrape_address"),
-                    dcgm_targets=_dcgm_targets(hostvars, hosts, in_place))
+    settings = dict(settings, addresses={host: str(address) for host, address in (addresses or {}).items()
+                                         if host in hosts and address},
+                    dcgm_targets=_dcgm_targets({host: (dcgm_targets or {}).get(host, False) for host in hosts}, in_place))
     try:
         return prometheus_config(server, plan["servers"], dict(groups), settings)
     except (KeyError, TypeError, ValueError) as error:

@@ -15,22 +15,22 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.ubuntu_modules import precompiled_modules
 
 
-def nvidia_driver_plans(hostvars, hosts, groups, settings):
-    """{host: plan} for the ``hosts`` whose ``__nvidia_driver_node`` fact the role set (see driver_plans)."""
+def nvidia_driver_plans(nodes, groups, settings):
+    """{host: plan} for the hosts of ``nodes`` ({host: what the role noted about its GPUs and asks; none for a host
+    the role does not manage}), see driver_plans."""
     pattern = re.compile(settings.get("cluster_group_pattern") or r"(?!)")
     cluster_of = {}
     for group in sorted(groups):
         if pattern.search(group):
             for host in groups[group]:
                 cluster_of.setdefault(host, group)
-    nodes = {}
-    for host in hosts:
-        node = hostvars[host].get("__nvidia_driver_node")
+    plans = {}
+    for host, node in (nodes or {}).items():
         if node:
-            nodes[host] = dict(node, cluster=cluster_of.get(host, ""), fixed_branch=boolean(node.get("fixed_branch", False)),
+            plans[host] = dict(node, cluster=cluster_of.get(host, ""), fixed_branch=boolean(node.get("fixed_branch", False)),
                                branch=str(node.get("branch") or ""), platform_branch=str(node.get("platform_branch") or ""),
                                offered_branches=[str(b) for b in node.get("offered_branches") or []])
-    return driver_plans(nodes, settings.get("consistency", "branch"))
+    return driver_plans(plans, settings.get("consistency", "branch"))
 
 
 def nvidia_driver_cuda_problem(cuda_version, branch, host, what):

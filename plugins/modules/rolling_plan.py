@@ -56,9 +56,9 @@ options:
   driver_plan_file:
     description:
       - The nvidia_driver role's record of the node's driver (its C(flavor)). Where it is missing, the loaded module's
-        flavour stands for the installed one.
+        flavour stands for the installed one. The roles pass the collection's C(gpu_cluster_driver_plan_file).
     type: path
-    default: /var/lib/dlinfra/nvidia_driver.json
+    required: true
   boot_dir:
     description: Where the installed kernels are (C(vmlinuz-VERSION)).
     type: path
@@ -87,6 +87,7 @@ EXAMPLES = r"""
 - name: Decide what moving the toolkit to 1.17.9 does to this node
   dlinfra.gpu_cluster.rolling_plan:
     target: {toolkit: "1.17.9"}
+    driver_plan_file: /var/lib/dlinfra/nvidia_driver.json
   register: __plan
 
 - name: Drain only where something changes
@@ -145,7 +146,6 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_driver_plan import DRIVER_PLAN_FILE
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import kernel_module_flavor
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.rolling_change import plan_for
 
@@ -252,7 +252,7 @@ def main():
             gpu_processes=dict(type="int", default=0),
             sysfs_root=dict(type="path", default="/sys"),
             procfs_root=dict(type="path", default="/proc"),
-            driver_plan_file=dict(type="path", default=DRIVER_PLAN_FILE),
+            driver_plan_file=dict(type="path", required=True),
             boot_dir=dict(type="path", default="/boot"),
             reboot_required_file=dict(type="path", default="/run/reboot-required"),
             state_file=dict(type="path"),

@@ -28,6 +28,16 @@ def load(path):
     return trust(yaml.safe_load(path.read_text()))
 
 
+def defaults(role):
+    """The role's defaults over those of the roles it depends on (meta/main.yml), as Ansible layers them."""
+    variables = {}
+    for dependency in yaml.safe_load((role / "meta" / "main.yml").read_text()).get("dependencies") or []:
+        name = dependency["role"] if isinstance(dependency, dict) else dependency
+        variables.update(defaults(role.parent / name.split(".")[-1]))
+    variables.update(load(role / "defaults" / "main.yml"))
+    return variables
+
+
 def platform_file(role, distribution, major, os_family):
     """The vars file first_found picks in role, in its order: <distribution>_<major>, <distribution>, <os_family>."""
     for name in ("%s_%s.yml" % (distribution, major), "%s.yml" % distribution, "%s.yml" % os_family):
@@ -39,7 +49,7 @@ def platform_file(role, distribution, major, os_family):
 def role_vars(role, distribution, major, os_family):
     """The role's defaults, its vars/main.yml, then the platform file its tasks include on top."""
     variables = {}
-    variables.update(load(role / "defaults" / "main.yml"))
+    variables.update(defaults(role))
     variables.update(load(role / "vars" / "main.yml"))
     variables.update(load(platform_file(role, distribution, major, os_family)))
     return variables

@@ -15,7 +15,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load, trust
+from role_vars import defaults, load, trust
 
 ROLES = pathlib.Path(__file__).resolve().parents[3] / "roles"
 # What the role reads or writes: knobs (defaults), derived values (vars), tasks, handlers, templates, the argument specs.
@@ -39,7 +39,7 @@ def test_no_role_path_comes_from_the_playbook_or_the_role_directory(path):
 
 def templar(role, home, **variables):
     merged = {}
-    merged.update(load(ROLES / role / "defaults" / "main.yml"))
+    merged.update(defaults(ROLES / role))
     if (ROLES / role / "vars" / "main.yml").exists():
         merged.update(load(ROLES / role / "vars" / "main.yml"))
     merged.update(trust(variables))

@@ -10,31 +10,30 @@ SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
 
 
 def node(*ids, branch="", fixed="False"):
-    return {"__nvidia_driver_node": {
-        "pci_gpus": [{"address": "0000:%02x:00.0" % n, "device_id": d, "class": "0x030200"} for n, d in enumerate(ids)],
-        "flavor": "auto", "branch": branch, "platform": "Ubuntu 24", "platform_branch": "570", "fixed_branch": fixed}}
+    return {"pci_gpus": [{"address": "0000:%02x:00.0" % n, "device_id": d, "class": "0x030200"} for n, d in enumerate(ids)],
+            "flavor": "auto", "branch": branch, "platform": "Ubuntu 24", "platform_branch": "570", "fixed_branch": fixed}
 
 
-def test_hosts_are_planned_with_their_cluster_group_and_hosts_without_the_fact_left_out():
-    hostvars = {"v100-1": node(V100), "b200-1": node(B200), "v100-2": node(V100), "head": {}}
-    groups = {"all": list(hostvars), "cluster_a": ["v100-1", "b200-1"], "cluster_b": ["v100-2"], "rack_1": ["v100-1"]}
-    plans = nvidia_driver_plans(hostvars, ["v100-1", "b200-1", "v100-2", "head"], groups, SETTINGS)
+def test_hosts_are_planned_with_their_cluster_group_and_hosts_without_a_node_left_out():
+    nodes = {"v100-1": node(V100), "b200-1": node(B200), "v100-2": node(V100), "head": None}
+    groups = {"all": list(nodes), "cluster_a": ["v100-1", "b200-1"], "cluster_b": ["v100-2"], "rack_1": ["v100-1"]}
+    plans = nvidia_driver_plans(nodes, groups, SETTINGS)
     assert sorted(plans) == ["b200-1", "v100-1", "v100-2"]
     assert {host: (plan["branch"], plan["flavor"]) for host, plan in plans.items()} == {
         "v100-1": ("570", "proprietary"), "b200-1": ("570", "open"), "v100-2": ("570", "proprietary")}
 
 
 def test_the_text_false_of_a_fact_is_not_a_fixed_branch_and_a_pin_is_compared_as_text():
-    plans = nvidia_driver_plans({"b200-1": node(B200, branch=575)}, ["b200-1"], {"cluster_a": ["b200-1"]}, SETTINGS)
+    plans = nvidia_driver_plans({"b200-1": node(B200, branch=575)}, {"cluster_a": ["b200-1"]}, SETTINGS)
     assert (plans["b200-1"]["branch"], plans["b200-1"]["problems"]) == ("575", [])
 
 
 def test_a_fixed_source_without_the_branch_the_gpus_need_is_a_problem():
-    plans = nvidia_driver_plans({"b200-1": node(B200, branch="", fixed="true")}, ["b200-1"], {}, SETTINGS)
+    plans = nvidia_driver_plans({"b200-1": node(B200, branch="", fixed="true")}, {}, SETTINGS)
     assert plans["b200-1"]["problems"] == []  # 570 is the platform's own and B200 takes it
-    hostvars = {"v100-1": node(V100, fixed="true")}
-    hostvars["v100-1"]["__nvidia_driver_node"]["platform_branch"] = "590"
-    plans = nvidia_driver_plans(hostvars, ["v100-1"], {}, SETTINGS)
+    nodes = {"v100-1": node(V100, fixed="true")}
+    nodes["v100-1"]["platform_branch"] = "590"
+    plans = nvidia_driver_plans(nodes, {}, SETTINGS)
     assert plans["v100-1"]["branch"] == "580" and "set nvidia_driver_source: cuda" in plans["v100-1"]["problems"][0]
 
 
@@ -46,16 +45,16 @@ def test_the_cuda_filter_takes_empty_values_and_numbers():
 
 
 def test_a_node_flavour_follows_the_first_branch_set():
-    gpus = node("0x2335")["__nvidia_driver_node"]["pci_gpus"]  # H200
+    gpus = node("0x2335")["pci_gpus"]  # H200
     assert nvidia_driver_node_flavor(gpus, "h1", "auto", ["", "550.163.01", "580"]) == "proprietary"
     assert nvidia_driver_node_flavor(gpus, "h1", "auto", [None, "", "580"]) == "open"
     assert nvidia_driver_node_flavor(gpus, "h1", "proprietary", ["580"]) == "proprietary"
-    assert nvidia_driver_node_flavor(node(B200)["__nvidia_driver_node"]["pci_gpus"], "b1", "auto", ["570"]) == "open"
+    assert nvidia_driver_node_flavor(node(B200)["pci_gpus"], "b1", "auto", ["570"]) == "open"
 
 
 def test_a_node_flavour_its_gpus_cannot_run_names_host_and_variable():
     with pytest.raises(AnsibleFilterError, match="v1: nvidia_driver_flavor is open but Tesla V100"):
-        nvidia_driver_node_flavor(node(V100)["__nvidia_driver_node"]["pci_gpus"], "v1", "open", ["550"])
+        nvidia_driver_node_flavor(node(V100)["pci_gpus"], "v1", "open", ["550"])
 
 
 PREFLIGHT_SETTINGS = {

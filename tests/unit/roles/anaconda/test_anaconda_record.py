@@ -9,7 +9,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load
+from role_vars import defaults, load
 
 pytestmark = pytest.mark.usefixtures("ansible_plugin_loader")  # lookups in the role's templates
 
@@ -17,7 +17,7 @@ ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "anaconda"
 
 
 def render(name, tmp_path, **extra):
-    variables = dict(load(ROLE / "defaults" / "main.yml"), **load(ROLE / "vars" / "main.yml"))
+    variables = dict(defaults(ROLE), **load(ROLE / "vars" / "main.yml"))
     variables.update(inventory_dir=str(tmp_path), anaconda_environments=[{"name": "train", "file": "envs/train.yml"}],
                      ansible_check_mode=False, **extra)
     return Templar(loader=DataLoader(), variables=variables).template(variables[name])

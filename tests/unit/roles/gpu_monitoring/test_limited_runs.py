@@ -64,14 +64,12 @@ def dcgm(config):
 
 
 def test_a_host_the_run_did_not_look_at_keeps_its_dcgm_exporter():
-    before = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {
-        "head1": {"__gpu_monitoring_dcgm_target": ""}, "gpu1": {"__gpu_monitoring_dcgm_target": "gpu1:9400"},
-        "gpu2": {"__gpu_monitoring_dcgm_target": "gpu2:9400"}}, SETTINGS)
+    before = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {}, {
+        "head1": "", "gpu1": "gpu1:9400", "gpu2": "gpu2:9400"}, SETTINGS)
     in_place = yaml.safe_dump(before, sort_keys=False)
     # --limit head1,gpu2: gpu1 has no fact; gpu2 stopped its exporter
-    after = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {
-        "head1": {"__gpu_monitoring_dcgm_target": ""}, "gpu1": {}, "gpu2": {"__gpu_monitoring_dcgm_target": ""}},
-        SETTINGS, in_place)
+    after = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {}, {"head1": "", "gpu1": False, "gpu2": ""},
+                                             SETTINGS, in_place)
     assert dcgm(before) == {"gpu1": "gpu1:9400", "gpu2": "gpu2:9400"}
     assert dcgm(after) == {"gpu1": "gpu1:9400"}
     assert [static["labels"]["node"] for static in after["scrape_configs"][0]["static_configs"]] == PLAN["servers"]["head1"]
@@ -79,5 +77,5 @@ def test_a_host_the_run_did_not_look_at_keeps_its_dcgm_exporter():
 
 def test_a_configuration_in_place_the_role_did_not_write_is_replaced_whole():
     for in_place in ("", "not: [yaml", "just text", "scrape_configs: 3"):
-        config = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {"gpu1": {}}, SETTINGS, in_place)
+        config = gpu_monitoring_prometheus_config("head1", PLAN, GROUPS, {}, {"gpu1": False}, SETTINGS, in_place)
         assert dcgm(config) == {}

@@ -18,8 +18,8 @@ from test_alert_rules import RULES, promtool  # noqa: F401  pylint: disable=unus
 
 GROUPS = {"all": ["head1", "gpu1", "gpu2"], "cluster_lab": ["head1", "gpu1", "gpu2"], "rack_r1": ["head1", "gpu1", "gpu2"],
           "head": ["head1"], "gpu_nodes": ["gpu1", "gpu2"]}
-HOSTVARS = {"head1": {}, "gpu1": {"gpu_monitoring_scrape_address": "10.1.0.11", "__gpu_monitoring_dcgm_target": ""},
-            "gpu2": {"__gpu_monitoring_dcgm_target": "gpu2:9400"}}
+ADDRESSES = {"head1": "", "gpu1": "10.1.0.11", "gpu2": ""}
+DCGM_TARGETS = {"head1": False, "gpu1": "", "gpu2": "gpu2:9400"}
 
 
 def settings(rules, alertmanager_url=""):
@@ -34,7 +34,7 @@ def test_the_written_configuration_passes_promtool(tmp_path, alertmanager_url, p
     shutil.copy(RULES, rules)
     plan = gpu_monitoring_scrape_plan(["head1", "gpu1", "gpu2"], GROUPS, settings(rules, alertmanager_url))
     assert plan == {"servers": {"head1": ["head1", "gpu1", "gpu2"]}, "problems": {}}
-    config = gpu_monitoring_prometheus_config("head1", plan, GROUPS, HOSTVARS, settings(rules, alertmanager_url))
+    config = gpu_monitoring_prometheus_config("head1", plan, GROUPS, ADDRESSES, DCGM_TARGETS, settings(rules, alertmanager_url))
     assert [job["job_name"] for job in config["scrape_configs"]] == ["node", "dcgm"]
     assert config["scrape_configs"][0]["static_configs"][1]["targets"] == ["10.1.0.11:9100"]
     path = tmp_path / "prometheus.yml"

@@ -25,7 +25,7 @@ from ansible.template import Templar
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.k8s_gpu_job import k8s_gpu_job
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.kubetpl import DEFAULT_IMAGE, DEFAULT_WORLDS_DIR
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
-from role_vars import MODULE_UTILS, imported_closure, load, trust
+from role_vars import defaults, MODULE_UTILS, imported_closure, load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
 MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
@@ -45,7 +45,7 @@ microk8s  v1.32.3  8148   1.32/stable    canonical\u2713  classic,held"""
 
 def role_templar(host="dgx01", **overrides):
     variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(defaults(ROLE))
     variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update({
         "playbook_dir": "/srv/playbooks",

@@ -19,7 +19,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl import preflight as nccl_preflight
-from role_vars import load, platform_file, trust
+from role_vars import defaults, load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nccl"
 
@@ -42,7 +42,7 @@ CUDA_APT = ["2.23.4-1+cuda12.6", "2.22.3-1+cuda12.6", "2.22.3-1+cuda12.5", "2.22
 def role_templar(platform, nvcc=True, **overrides):
     distribution, major, os_family = PLATFORMS[platform]
     variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(defaults(ROLE))
     variables.update(trust(overrides))  # inventory, below role vars
     variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update(load(platform_file(ROLE, distribution, major, os_family)))

@@ -13,7 +13,7 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from role_vars import load, platform_file, trust
+from role_vars import defaults, load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "remote_desktop"
 USERS = [{"name": "bob", "display": 2, "password": "fixture2", "geometry": "1280x800"},
@@ -22,7 +22,7 @@ USERS = [{"name": "bob", "display": 2, "password": "fixture2", "geometry": "1280
 
 def role_templar(major, **overrides):
     variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(defaults(ROLE))
     variables.update(trust(dict({"remote_desktop_users": USERS}, **overrides)))  # inventory, below role vars
     variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update(load(platform_file(ROLE, "Debian", major, "Debian")))

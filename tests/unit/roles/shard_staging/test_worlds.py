@@ -16,7 +16,7 @@ from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_training_jobs import training_job
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import make_plan
-from role_vars import load, trust
+from role_vars import defaults, load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "shard_staging"
 GROUPS = {
@@ -31,7 +31,7 @@ GROUPS = {
 
 def templar(host, **overrides):
     variables = {}
-    variables.update(load(ROLE / "defaults" / "main.yml"))
+    variables.update(defaults(ROLE))
     variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update({"inventory_hostname": host, "groups": GROUPS,
                       "group_names": sorted(g for g, hosts in GROUPS.items() if host in hosts and g != "all")})
