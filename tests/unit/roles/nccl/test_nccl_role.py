@@ -70,9 +70,9 @@ def preflight_problems(templar):
     the Python its filter (nccl_problems) wraps."""
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
-    assert task_vars["__nccl_problems"] == "{{ __settings | dlinfra.gpu_cluster.nccl_problems(__found) }}"
+    assert task_vars["__nccl_problems"] == "{{ __nccl_settings | dlinfra.gpu_cluster.nccl_problems(__nccl_found) }}"
     templar = templar.copy_with_new_env(available_variables=dict(templar.available_variables, **trust(task_vars)))
-    return nccl_preflight.preflight_problems(resolve(templar, "__settings"), resolve(templar, "__found"))
+    return nccl_preflight.preflight_problems(resolve(templar, "__nccl_settings"), resolve(templar, "__nccl_found"))
 
 
 # Sources and versions -----------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def validation_skip_reason(gpu, check_mode=False, **overrides):
     task_vars = next(task["vars"] for task in tasks if task["name"] == "Decide whether this host is measured")
     templar = role_templar("debian13", **overrides)
     variables = dict(templar.available_variables, __nccl_gpu=gpu, ansible_check_mode=check_mode, **trust(task_vars))
-    return resolve(templar.copy_with_new_env(available_variables=variables), "__reason")
+    return resolve(templar.copy_with_new_env(available_variables=variables), "__nccl_reason")
 
 
 @pytest.mark.parametrize("gpu, check_mode, overrides, expected", [

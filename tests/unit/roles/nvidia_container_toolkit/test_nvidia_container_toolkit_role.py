@@ -146,9 +146,10 @@ def preflight_problems(templar):
     import yaml
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
-    assert task_vars["__problems"] == "{{ __settings | dlinfra.gpu_cluster.nvidia_container_toolkit_problems }}"
+    assert task_vars["__nvidia_container_toolkit_problems"] == (
+        "{{ __nvidia_container_toolkit_settings | dlinfra.gpu_cluster.nvidia_container_toolkit_problems }}")
     variables = dict(templar.available_variables, **trust(task_vars))
-    settings = Templar(loader=DataLoader(), variables=variables).template(trust("{{ __settings }}"))
+    settings = Templar(loader=DataLoader(), variables=variables).template(trust("{{ __nvidia_container_toolkit_settings }}"))
     return nvidia_container_toolkit_preflight.preflight_problems(settings)
 
 

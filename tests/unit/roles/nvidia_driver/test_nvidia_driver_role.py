@@ -354,7 +354,8 @@ def preflight_problems(templar, secure_boot_state=None, mok_files=None):
     wraps."""
     tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if "ansible.builtin.fail" in task)
-    assert task_vars["__nvidia_driver_problems"] == "{{ __settings | dlinfra.gpu_cluster.nvidia_driver_problems(__found) }}"
+    assert task_vars["__nvidia_driver_problems"] == (
+        "{{ __nvidia_driver_settings | dlinfra.gpu_cluster.nvidia_driver_problems(__nvidia_driver_found) }}")
     variables = dict(templar.available_variables, **trust(task_vars))
     if secure_boot_state is not None:
         variables["__nvidia_driver_sb_state"] = {"stdout": secure_boot_state, "rc": 0}
@@ -362,7 +363,8 @@ def preflight_problems(templar, secure_boot_state=None, mok_files=None):
         variables["__nvidia_driver_mok_files"] = {"results": [{"item": path, "stat": {"exists": exists}}
                                                               for path, exists in mok_files.items()]}
     templar = Templar(loader=DataLoader(), variables=variables)
-    return nvidia_driver_preflight.preflight_problems(resolve(templar, "__settings"), resolve(templar, "__found"))
+    return nvidia_driver_preflight.preflight_problems(resolve(templar, "__nvidia_driver_settings"),
+                                                     resolve(templar, "__nvidia_driver_found"))
 
 
 @pytest.mark.parametrize("platform, pci_gpus, overrides", [
