@@ -85,7 +85,8 @@ def unprefixed(role, tasks):
 
 
 def test_the_walk_sees_every_role_and_finds_names():
-    assert {path.relative_to(ROLES).parts[0] for path in TASK_FILES} == set(ROLE_NAMES)
+    # gpu_cluster has no tasks: it only defines the values several roles share
+    assert {path.relative_to(ROLES).parts[0] for path in TASK_FILES} == set(ROLE_NAMES) - {"gpu_cluster"}
     total = sum(len(created_names(yaml.safe_load(path.read_text()))) for path in TASK_FILES)
     assert total > 300, "the walk found only %d names: it misses some task structure" % total
 
