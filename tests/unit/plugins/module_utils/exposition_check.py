@@ -3,7 +3,7 @@
 """Checks of Prometheus' text exposition format for the collector tests: a strict parser written from the format's
 specification (independent of the writer under test), and promtool where it is at hand.
 
-promtool: $PROMTOOL, promtool on PATH, or .cache/promtool/bin/promtool (tests/harness/ensure-promtool.sh puts it
+promtool: $PROMTOOL, promtool on PATH, or .cache/promtool/bin/promtool (tests/harness/setup/ensure_promtool.sh puts it
 there from Debian's `prometheus` package).
 """
 

@@ -22,7 +22,7 @@ from test_nvidia_smi import build_sysfs
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "nvidia_smi"
 REPORTS = sorted(path.name for path in FIXTURES.glob("*.xml") if path.name != "nvidia_smi_truncated.xml")
 GPU_LABELS = {"gpu", "uuid", "model", "pci_bus_id"}
-needs_promtool = pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/ensure-promtool.sh fetches it")
+needs_promtool = pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/setup/ensure_promtool.sh fetches it")
 
 
 def cat(path):

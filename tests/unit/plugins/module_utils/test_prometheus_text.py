@@ -93,7 +93,7 @@ def test_the_strict_check_catches_what_the_format_forbids(text, problem):
         parse_exposition(text)
 
 
-@pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/ensure-promtool.sh fetches it from Debian's archive")
+@pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/setup/ensure_promtool.sh fetches it from Debian's archive")
 def test_promtool_agrees_with_the_strict_check_on_a_bad_counter_name():
     code, output = promtool_check_metrics("# HELP x_bytes x\n# TYPE x_bytes counter\nx_bytes 1\n")
     assert code != 0 and "_total" in output

@@ -187,7 +187,7 @@ def test_half_written_and_planted_files_cost_their_dataset_only(tmp_path, three_
         assert code == 0, output
 
 
-@pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/ensure-promtool.sh fetches it")
+@pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/setup/ensure_promtool.sh fetches it")
 def test_promtool_check_metrics_passes_on_the_staging_series(tmp_path, three_datasets):
     index, _before = three_datasets
     _families, text, _problems = scrape(tmp_path, index)

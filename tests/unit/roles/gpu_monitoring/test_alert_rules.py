@@ -5,7 +5,7 @@ alert_rules_test.yml, and the ties the rules keep to the collector (only series 
 ids and its list of slowdown reasons).
 
 promtool is Prometheus' own: $PROMTOOL, .cache/promtool/bin/promtool or promtool on PATH, else
-tests/harness/ensure-promtool.sh unpacks it from Debian's `prometheus` package (~2.5 s). Without it these tests fail,
+tests/harness/setup/ensure_promtool.sh unpacks it from Debian's `prometheus` package (~2.5 s). Without it these tests fail,
 saying so; they never skip.
 """
 
@@ -26,7 +26,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate impo
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 RULES = ROOT / "roles" / "gpu_monitoring" / "files" / "prometheus" / "dlinfra-gpu.rules.yml"
 UNIT_TESTS = pathlib.Path(__file__).with_name("alert_rules_test.yml")
-ENSURE_PROMTOOL = ROOT / "tests" / "harness" / "ensure-promtool.sh"
+ENSURE_PROMTOOL = ROOT / "tests" / "harness" / "setup" / "ensure_promtool.sh"
 # Series from elsewhere than the collector: Prometheus' own per target, node exporter's free bytes per filesystem.
 OTHER_SERIES = {"up", "node_filesystem_avail_bytes"}
 # The labels the collector and the scrape give the series the alerts read.

@@ -1,5 +1,5 @@
 """The `airgap` stage of make test: the offline bundle (playbooks/bundle.yml), built from what the lab's converges
-fetched through the store's apt proxy, carried to a fresh air-gapped simulated lab (AIRGAP=1 tests/harness/demo.sh)
+fetched through the store's apt proxy, carried to a fresh air-gapped simulated lab (AIRGAP=1 tests/harness/lab/demo.sh)
 whose nodes have no route out and reach only the store, and site.yml converging there from it with nothing but
 variables pointing the roles at it. Runs as root: the record of each node's packets lives in the node's network
 namespace (tests/fixtures/airgap-record.nft). It starts from the lab the earlier stages converged (as-a-user: every
@@ -452,7 +452,7 @@ def bundle_twice():
 def fresh_lab_serving_the_bundle():
     """Step 2: a fresh air-gapped lab whose store serves the controller's copy of the bundle, its proxy stopped."""
     started = time.monotonic()
-    for command in (["tests/harness/demo.sh", "down"], ["tests/harness/demo.sh", "lab"]):
+    for command in (["tests/harness/lab/demo.sh", "down"], ["tests/harness/lab/demo.sh", "lab"]):
         if subprocess.call(command, cwd=ROOT, env=environment()) != 0:
             fail(" ".join(command))
     sh(STORE, "systemctl disable --now apt-cacher-ng && ! systemctl is-active apt-cacher-ng")

@@ -173,7 +173,7 @@ def install_busy_double():
     subprocess.run(["docker", "cp", str(FIXTURES / "h100_80gb_hbm3_single_busy.xml"), "sim-gpu1:%s/nvidia-smi.xml" % DOUBLE_DIR],
                    check=True)
     put("sim-gpu1", "/usr/local/bin/nvidia-smi",
-        "#!/bin/sh\n# TEST DOUBLE (tests/harness/rolling_lab.py): a GPU with one process\ncat %s/nvidia-smi.xml\n" % DOUBLE_DIR)
+        "#!/bin/sh\n# TEST DOUBLE (tests/harness/lab/rolling_lab.py): a GPU with one process\ncat %s/nvidia-smi.xml\n" % DOUBLE_DIR)
 
 
 def put(host, path, text):
@@ -189,7 +189,7 @@ def install_broken_release_double(version):
     is VERSION it fails as a binary missing its library does (a release that breaks on this node); otherwise it runs
     the package's."""
     put("sim-gpu1", "/usr/local/bin/nvidia-container-runtime", """#!/bin/sh
-# TEST DOUBLE (tests/harness/rolling_lab.py): toolkit %s is broken on this node
+# TEST DOUBLE (tests/harness/lab/rolling_lab.py): toolkit %s is broken on this node
 if [ "$(dpkg-query -W -f='${Version}' nvidia-container-toolkit)" = %s ]; then
   echo "nvidia-container-runtime: error while loading shared libraries: libnvidia-container-go.so.1:" \\
     "cannot open shared object file: No such file or directory" >&2

@@ -17,7 +17,7 @@ import tarfile
 import ansible_collections
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 SITE = pathlib.Path(list(ansible_collections.__path__)[-1])
 
 

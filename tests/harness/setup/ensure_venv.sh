@@ -4,9 +4,9 @@
 # .venv links to it: a fresh clone of the same requirements (every CI run) reuses it instead of spending 45-75 s on pip.
 # A venv cannot move once made (its scripts name their interpreter's path), hence a link, not a copy.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 python=${PYTHON:-python3}
-command -v "$python" >/dev/null || { echo "ensure-venv: $python not found: install python3 (3.11) and python3-venv" >&2; exit 1; }
+command -v "$python" >/dev/null || { echo "ensure_venv: $python not found: install python3 (3.11) and python3-venv" >&2; exit 1; }
 key=$( { cat requirements.txt; "$python" -c 'import sys; print(sys.version, sys.executable)'; } | sha256sum | cut -c1-16)
 cache=${DLINFRA_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlinfra-gpu-cluster}
 venv=$cache/venv-$key
@@ -20,14 +20,14 @@ if [ -x "$venv/bin/python" ] && [ -f "$venv/.complete" ]; then
     rm -rf .venv
     ln -s "$venv" .venv
   fi
-  echo "ensure-venv: .venv is current ($venv)"
+  echo "ensure_venv: .venv is current ($venv)"
   exit 0
 fi
 if ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
-  [ "$(id -u)" -eq 0 ] || { echo "ensure-venv: $python cannot create venvs: sudo apt-get install python3-venv" >&2; exit 1; }
+  [ "$(id -u)" -eq 0 ] || { echo "ensure_venv: $python cannot create venvs: sudo apt-get install python3-venv" >&2; exit 1; }
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null
 fi
-echo "ensure-venv: building $venv from requirements.txt"
+echo "ensure_venv: building $venv from requirements.txt"
 rm -rf "$venv" .venv
 "$python" -m venv "$venv"
 log=$venv/pip-install.log
@@ -35,7 +35,7 @@ log=$venv/pip-install.log
 # `ansible` package up front cost 11-26 s of 45-75 s here.
 "$venv/bin/pip" install --disable-pip-version-check --no-compile -r requirements.txt >"$log" 2>&1 || {
   tail -n 30 "$log" >&2
-  echo "ensure-venv: pip install failed (whole log: $log)" >&2
+  echo "ensure_venv: pip install failed (whole log: $log)" >&2
   exit 1
 }
 touch "$venv/.complete"

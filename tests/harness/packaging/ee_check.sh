@@ -8,10 +8,10 @@
 #      install -r requirements.yml` (--offline), then the builder stage's `introspect.py introspect`, which writes the
 #      Python and system requirements the final image gets;
 #   4. the Python requirements must be exactly the packages the controller-side plugins import beyond ansible-core
-#      (tests/harness/controller_deps.py), all from dlinfra.gpu_cluster; the system requirements must be empty.
+#      (tests/harness/packaging/controller_deps.py), all from dlinfra.gpu_cluster; the system requirements must be empty.
 #   ee_check.sh [TARBALL]   (without TARBALL it builds one)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 repo=$PWD
 PATH="$repo/.venv/bin:$PATH"
 work=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-ee.XXXXXX")
@@ -25,7 +25,7 @@ if [ $# -ge 1 ]; then
 else
   ansible-galaxy collection build --force --output-path "$ee/collections" >/dev/null
 fi
-mapfile -t deps < <(python tests/harness/dependency_tarballs.py "$ee/collections")
+mapfile -t deps < <(python tests/harness/packaging/dependency_tarballs.py "$ee/collections")
 core=$(sed -n 's/^ansible-core==/&/p' requirements.txt)
 
 {
@@ -93,7 +93,7 @@ wanted=$(printf '%s\n' dlinfra.gpu_cluster "${deps[@]}" | sed 's#.*/\([a-z0-9_]*
 [ "$installed" = "$wanted" ] || fail "the image would hold $(echo $installed), not $(echo $wanted)"
 
 python_reqs=$image/tmp/src/requirements.txt system_reqs=$image/tmp/src/bindep.txt
-expected=$(python tests/harness/controller_deps.py)
+expected=$(python tests/harness/packaging/controller_deps.py)
 got=$(if [ -f "$python_reqs" ]; then python -c '
 import sys
 from packaging.requirements import Requirement

@@ -2,7 +2,7 @@
 
   1. healthy: the run passes, every node carries every check of its kind (pass or skip, none failing), report.json
      validates against its schema, junit.xml has one test case per node x check, and report.html renders in headless
-     Chromium (tests/harness/check_report_html.py; the screenshot is kept in .cache/validate/).
+     Chromium (tests/harness/lab/check_report_html.py; the screenshot is kept in .cache/validate/).
   2. faults, each on its own node and check, injected together: a deleted shard (sim-gpu1), a truncated shard
      (sim-gpu2), a wrong driver version expected for the gpu_nodes group, containerd stopped (sim-gpu2), the head
      NotReady in the MicroK8s test double. Exactly those checks fail, and junit.xml fails exactly them. With
@@ -198,8 +198,8 @@ def main():
     code, healthy, report_dir = validate("healthy-1", *TRAINING)
     expect_healthy(code, healthy, report_dir, "healthy-1")
     expect_training(healthy)
-    subprocess.run([str(ROOT / "tests" / "harness" / "ensure-chromium.sh")], check=True, stdout=subprocess.DEVNULL)
-    if subprocess.call([sys.executable, str(ROOT / "tests" / "harness" / "check_report_html.py"), str(report_dir)]) != 0:
+    subprocess.run([str(ROOT / "tests" / "harness" / "setup" / "ensure_chromium.sh")], check=True, stdout=subprocess.DEVNULL)
+    if subprocess.call([sys.executable, str(ROOT / "tests" / "harness" / "lab" / "check_report_html.py"), str(report_dir)]) != 0:
         fail("report.html did not render as it should in headless Chromium (above)")
 
     step("2. faults, one per node and check")

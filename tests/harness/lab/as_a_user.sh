@@ -7,17 +7,17 @@
 #      --offline, from the artifacts dependency_tarballs.py makes of the `ansible` package's copies);
 #   3. get the starter inventory with the README's command; a site run against it unedited (hosts that do not
 #      exist) must fail, and so must one against an inventory with no hosts;
-#   4. against the simulated lab, fresh (tests/harness/demo.sh lab: containers from the minimal images, the store and
+#   4. against the simulated lab, fresh (tests/harness/lab/demo.sh lab: containers from the minimal images, the store and
 #      its vendor stand-ins, no site.yml run): site --check stops where check mode cannot work, the installed
 #      dlinfra.gpu_cluster.site converges, a second run changes nothing on any host, and the nodes hold what it promised
-#      (tests/harness/lab_verify.yml, from the clone: packages and holds, the cluster, conda, the staged dataset);
+#      (tests/harness/lab/lab_verify.yml, from the clone: packages and holds, the cluster, conda, the staged dataset);
 #   5. with matplotlib installed on the controller as the README says, dlinfra.gpu_cluster.validate passes on the lab
 #      and writes its three files. The inventory (with its plans) is left in .cache/as-a-user/inventory.
 # The lab's inventory is inventories/sim, copied out of the clone: it stands in for the user's edited starter
 # inventory. Its transport (community.docker's docker connection) is the lab's, not the collection's dependency,
 # so it is installed on a separate collections path.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 repo=$PWD
 cache=$repo/.cache/as-a-user
 rm -rf "$cache"
@@ -32,14 +32,14 @@ fail() { echo "as-a-user: FAILED: $*" >&2; exit 1; }
 
 # The simulated lab, fresh, made while the collection is built and checked (it is Docker's and the store's work, not the
 # controller's); step 4 waits for it.
-(tests/harness/demo.sh down && tests/harness/demo.sh lab) >"$work/lab.log" 2>&1 &
+(tests/harness/lab/demo.sh down && tests/harness/lab/demo.sh lab) >"$work/lab.log" 2>&1 &
 lab_pid=$!
 
 step "build the collection"
 .venv/bin/ansible-galaxy collection build --force --output-path "$cache/dist" >/dev/null
 tarball=$(ls "$cache/dist"/dlinfra-gpu_cluster-*.tar.gz)
-mapfile -t deps < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps")
-mapfile -t transport < <(.venv/bin/python tests/harness/dependency_tarballs.py "$cache/deps" community.docker)
+mapfile -t deps < <(.venv/bin/python tests/harness/packaging/dependency_tarballs.py "$cache/deps")
+mapfile -t transport < <(.venv/bin/python tests/harness/packaging/dependency_tarballs.py "$cache/deps" community.docker)
 
 step "galaxy-importer (the checks Galaxy runs on upload)"
 # Its own empty HOME: a dlinfra.gpu_cluster installed earlier in ~/.ansible/collections would otherwise be what its
@@ -65,7 +65,7 @@ if [ -s "$work/importer-lint.log" ] || [ "$lint_rc" != 0 ]; then
 fi
 
 step "an execution environment with the tarball: ansible-builder create resolves exactly its dependencies"
-tests/harness/ee_check.sh "$tarball"
+tests/harness/packaging/ee_check.sh "$tarball"
 
 core=$(grep -E '^ansible-core==' requirements.txt)
 step "a fresh venv with only $core"
@@ -104,7 +104,7 @@ fi
 grep -q "empty or missing here: gpu_cluster" "$work/empty.log" || { cat "$work/empty.log"; fail "no message naming the groups"; }
 
 step "the simulated lab, fresh (made since the start of this stage)"
-wait "$lab_pid" || { cat "$work/lab.log"; lab_pid=""; fail "tests/harness/demo.sh lab"; }
+wait "$lab_pid" || { cat "$work/lab.log"; lab_pid=""; fail "tests/harness/lab/demo.sh lab"; }
 lab_pid=""
 grep -v "lab removed" "$work/lab.log"
 cp -r "$repo/inventories/sim" inventories/sim
@@ -141,9 +141,9 @@ if recap "$work/again.log" | grep -E 'changed=[1-9]|failed=[1-9]|unreachable=[1-
   fail "the second run changed the hosts above"
 fi
 
-step "the nodes hold what site.yml promised (tests/harness/lab_verify.yml: packages, holds, the cluster, conda, the dataset)"
+step "the nodes hold what site.yml promised (tests/harness/lab/lab_verify.yml: packages, holds, the cluster, conda, the dataset)"
 started=$(date +%s)
-ansible-playbook "$repo/tests/harness/lab_verify.yml" "${lab[@]}" >"$work/verify.log" 2>&1 || { tail -n 60 "$work/verify.log"; fail "the converged lab failed its verify"; }
+ansible-playbook "$repo/tests/harness/lab/lab_verify.yml" "${lab[@]}" >"$work/verify.log" 2>&1 || { tail -n 60 "$work/verify.log"; fail "the converged lab failed its verify"; }
 echo "as-a-user: verify $(( $(date +%s) - started )) s"
 recap "$work/verify.log"
 step "the acceptance run, as the README says: matplotlib on the controller, then dlinfra.gpu_cluster.validate"

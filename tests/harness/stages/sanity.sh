@@ -2,7 +2,7 @@
 # ansible-test sanity on a copy of the collection laid out as ansible_collections/dlinfra/gpu_cluster,
 # each test in its own ansible-test managed venv (so .venv is never altered).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 PATH="$PWD/.venv/bin:$PATH"
 
 if [ -z "$(find plugins -name '*.py' -print -quit)" ]; then

@@ -28,7 +28,7 @@ import time
 
 import time_budget
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 HARNESS = "tests/harness"
 AT_ONCE = 2
 LOGS = ROOT / ".cache" / "stages"
@@ -41,41 +41,43 @@ def molecule_scenarios(record):
 
 
 def stages():
-    yield "venv", [HARNESS + "/ensure-venv.sh"]
-    yield "docker", [HARNESS + "/ensure-docker.sh"]
-    yield "images", [HARNESS + "/build-images.sh"]
+    yield "venv", [HARNESS + "/setup/ensure_venv.sh"]
+    yield "docker", [HARNESS + "/setup/ensure_docker.sh"]
+    yield "images", [HARNESS + "/setup/build_images.sh"]
     yield "yamllint", ["yamllint", "--strict", "."]
     yield "changelog", ["antsibull-changelog", "lint"]
-    yield "argument-specs", ["python", HARNESS + "/role_docs.py"]
+    yield "argument-specs", ["python", HARNESS + "/generate/role_docs.py"]
     # Independent of each other and of the tree (sanity checks a copy): side by side, the longest first.
-    # The unit tests spend most of their time waiting (slow stores, killed peers, timeouts), so three pytest-xdist
-    # workers, a test module each (its fixtures once), fill that time: 204 s alone in one process, 97 s in three.
+    # unit: pytest.ini's testpaths, tests/unit and tests/integration (the role and playbook runs on localhost, the
+    # benchmarks' quick modes: the peer one in containers of the image the images stage built). They spend most of
+    # their time waiting (slow stores, killed peers, timeouts), so three pytest-xdist workers, a test module each (its
+    # fixtures once), fill that time: 204 s alone in one process, 97 s in three.
     yield "checks", [("unit", ["pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadscope"]),
-                     ("sanity", [HARNESS + "/sanity.sh"]),
+                     ("sanity", [HARNESS + "/stages/sanity.sh"]),
                      ("ansible-lint", ["ansible-lint", "--profile", "production"])]
     # The lab's runs wait on reboots, drains and downloads; the scenarios beside them fill that time.
     lab = [
         # The README's "Use it" from a fresh venv and HOME outside the clone, on the simulated lab (left up afterwards:
         # the one lab of a `make test`, for the multi-node checks that follow it).
-        ("as-a-user", [HARNESS + "/as_a_user.sh"]),
+        ("as-a-user", [HARNESS + "/lab/as_a_user.sh"]),
         # On that converged lab: a package version, a hold, a config file, a repository, a kernel module option and a
         # service changed by hand; one site.yml finds each through the roles' records and repairs it.
-        ("drift", ["python", HARNESS + "/drift_lab.py"]),
+        ("drift", ["python", HARNESS + "/lab/drift_lab.py"]),
         # validate.yml on that lab: healthy, then with faults injected and removed; report.html in headless Chromium.
-        ("validate", ["python", HARNESS + "/validate_lab.py"]),
+        ("validate", ["python", HARNESS + "/lab/validate_lab.py"]),
         # dlinfra.gpu_cluster.train on that lab with Debian's PyTorch: bad input refused, an epoch read exactly once
         # across 2 nodes x 2 ranks, a rank killed mid-epoch and the re-run resumed from the checkpoint.
-        ("train", ["python", HARNESS + "/train_lab.py"]),
+        ("train", ["python", HARNESS + "/lab/train_lab.py"]),
         # Where people work, on sim-gpu1: Jupyter Lab (wheels through the store's index) and a VNC desktop for a user,
         # each answering with its secret only, and neither reachable in a port scan from another lab host.
-        ("workspace", ["python", HARNESS + "/workspace_lab.py"]),
+        ("workspace", ["python", HARNESS + "/lab/workspace_lab.py"]),
         # upgrade.yml on the same lab: a toolkit pin moved through drain, change, a real reboot, verify, rollback, resume.
-        ("rolling", ["python", HARNESS + "/rolling_lab.py"]),
+        ("rolling", ["python", HARNESS + "/lab/rolling_lab.py"]),
         # The offline bundle, built on that lab's store from what its converges fetched through the store's apt proxy,
         # carried to a fresh air-gapped lab (it replaces the lab above): site.yml converges from it and is idempotent
         # with only variables pointing the roles at it, the nodes try to reach nothing else, and without each of those
         # variables the run stops naming it.
-        ("airgap", ["python", HARNESS + "/airgap_lab.py"]),
+        ("airgap", ["python", HARNESS + "/lab/airgap_lab.py"]),
     ]
     molecule = [("molecule:" + scenario, ["molecule", "test", "-s", scenario]) for scenario in molecule_scenarios(GUARD.budget.record)]
     yield "parallel", [("lab", lab)] + molecule

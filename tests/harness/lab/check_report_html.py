@@ -1,13 +1,13 @@
 """validate's report.html as a browser shows it: open it in headless Chromium, read the DOM Chromium built and a
 screenshot of the page, and check what a reader needs to see.
 
-  python tests/harness/check_report_html.py REPORT_DIR [--chromium PATH]
+  python tests/harness/lab/check_report_html.py REPORT_DIR [--chromium PATH]
 
 REPORT_DIR holds what write_report wrote (report.json, report.html). Checks: table#summary has one body row per
 node of report.json's summary, named by its first cell; each of #plot-nccl, #plot-disk, #plot-gpus and
 #plot-datasets holds an <svg> with drawn <path>s; the screenshot (REPORT_DIR/report.png, 1400x3000, kept as the
 artifact) is not blank: many distinct colours, the summary's pass green among them, and its fail red when a node
-failed. Chromium: tests/harness/ensure-chromium.sh installs it.
+failed. Chromium: tests/harness/setup/ensure_chromium.sh installs it.
 Exit status: 0 passed, 1 a check failed (each problem on its own line), 2 could not check (no Chromium, no report,
 Chromium failed or timed out).
 """
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from html.parser import HTMLParser
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import plots  # noqa: E402
 
@@ -175,10 +175,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("report_dir")
     parser.add_argument("--chromium", default=shutil.which("chromium"),
-                        help="the browser (default: chromium on PATH; tests/harness/ensure-chromium.sh installs it)")
+                        help="the browser (default: chromium on PATH; tests/harness/setup/ensure_chromium.sh installs it)")
     options = parser.parse_args(argv)
     if not options.chromium:
-        print("check_report_html: no chromium on PATH: run tests/harness/ensure-chromium.sh", file=sys.stderr)
+        print("check_report_html: no chromium on PATH: run tests/harness/setup/ensure_chromium.sh", file=sys.stderr)
         return 2
     try:
         problems, parsed, colours, screenshot = check(options.report_dir, options.chromium)

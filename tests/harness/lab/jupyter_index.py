@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Lay out the wheels of the anaconda role's Jupyter lock files as a PEP 503 simple index, for hosts without PyPI.
 
-    .venv/bin/python tests/harness/jupyter_index.py OUT [--python-version 3.13 ...] [--arch x86_64 ...]
+    .venv/bin/python tests/harness/lab/jupyter_index.py OUT [--python-version 3.13 ...] [--arch x86_64 ...]
 
 Downloads (on this host, which reaches PyPI) the wheels that roles/anaconda/files/jupyter/*.lock pin for each given
 CPython and architecture, checked against the locks' hashes (``pip download --require-hashes``), into a cache outside
@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 LOCKS = sorted((ROOT / "roles" / "anaconda" / "files" / "jupyter").glob("*.lock"))
 CACHE_ROOT = pathlib.Path(os.environ.get("DLINFRA_CACHE", "/root/.cache/dlinfra-gpu-cluster")) / "jupyter-wheels"
 PLATFORMS = {

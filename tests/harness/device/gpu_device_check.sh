@@ -2,10 +2,10 @@
 # What the collection reads from a machine's real NVIDIA GPUs, with the local connection: nvidia_gpu_facts,
 # the driver plan, validate and the gpu_monitoring collector, idle and then while a GPU computes. Run as root
 # on a GPU machine, from a clone, with ansible-core importable by python3. Read-only on the GPUs.
-#   tests/harness/gpu_device_check.sh OUTDIR
+#   tests/harness/device/gpu_device_check.sh OUTDIR
 set -u -o pipefail
 out=${1:?usage: gpu_device_check.sh OUTDIR}
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 mkdir -p "$out"
 inventory=tests/fixtures/gpu_device_hosts.yml
 export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_NOCOLOR=1 PYTHONPATH=$PWD/collections${PYTHONPATH:+:$PYTHONPATH}
@@ -25,7 +25,7 @@ sys.exit(main(sys.argv[1:]))' --textfile-directory - --kernel-log /dev/kmsg --st
   cat /proc/driver/nvidia/version
   step "nvidia_gpu_facts" facts >"$out/nvidia_gpu_facts.json"
   step "nvidia_driver plan (check mode, preflight only)" timeout 300 ansible-playbook -i "$inventory" --check \
-    --tags dlinfra_none tests/harness/gpu_device_driver_plan.yml
+    --tags dlinfra_none tests/harness/device/gpu_device_driver_plan.yml
   step "validate" timeout 300 ansible-playbook -i "$inventory" playbooks/validate.yml \
     -e validate_report_dir="$out/validate" -e '{"validate_fail_on_error": false, "validate_k8s_gpu_job": false}'
   step "collector, idle" collector >"$out/metrics-idle.prom"

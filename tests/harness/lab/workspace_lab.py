@@ -2,11 +2,11 @@
 
   1. the workspace of tests/fixtures/workspace.yml set up by site.yml on the cluster (--limit cluster_sim: both GPU
      nodes get it), for a user the lab creates: Jupyter Lab from the anaconda prefix, its pinned wheels
-     through an index on the store (tests/harness/jupyter_index.py, as a site without PyPI would serve them), and a
+     through an index on the store (tests/harness/lab/jupyter_index.py, as a site without PyPI would serve them), and a
      TigerVNC desktop; a second run changes nothing;
   2. on the node, where an SSH tunnel delivers: Jupyter's API refuses a request without the token and answers with it,
      listing the kernel of the lab's conda environment `train`; the desktop takes the password, refuses a wrong one,
-     and its frame is a desktop, not a black one (tests/harness/rfb_snapshot.py);
+     and its frame is a desktop, not a black one (tests/harness/lab/rfb_snapshot.py);
   3. from another lab host (sim-head), a scan of every TCP port of sim-gpu1 finds neither service, though both listen
      on sim-gpu1's loopback.
 """
@@ -91,7 +91,7 @@ def main():
 
     step("1. Jupyter and a desktop for %s on the GPU nodes, the wheels from the store's index" % USER)
     index = WORK / "pypi"
-    subprocess.run(["python", str(ROOT / "tests" / "harness" / "jupyter_index.py"), str(index),
+    subprocess.run(["python", str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"), str(index),
                     "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
     copy_to(STORE, index, "/var/www/html/pypi")
     for node in GPU_NODES:
@@ -115,7 +115,7 @@ def main():
         fail("Jupyter lists no kernel of the environment train: %s" % sorted(specs.get("kernelspecs", {})))
     sh(NODE, "command -v python3 >/dev/null && python3 -c 'import Cryptodome' 2>/dev/null "
              "|| apt-get install -y -qq --no-install-recommends python3-pycryptodome >/dev/null")
-    copy_to(NODE, ROOT / "tests" / "harness" / "rfb_snapshot.py", "/root")
+    copy_to(NODE, ROOT / "tests" / "harness" / "lab" / "rfb_snapshot.py", "/root")
     code, frame = snapshot(VNC_PASSWORD)
     if code != 0:
         fail("the desktop with its password: exit %d, %s" % (code, frame))
@@ -129,7 +129,7 @@ def main():
     for port in (JUPYTER_PORT, 5900 + DISPLAY):
         if listening(port) not in (["127.0.0.1"], ["127.0.0.1", "[::1]"]):
             fail("%s listens on %s for port %d, expected its loopback only" % (NODE, listening(port), port))
-    copy_to(SCANNER, ROOT / "tests" / "harness" / "port_scan.py", "/root")
+    copy_to(SCANNER, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
     found = [int(port) for port in sh(SCANNER, "python3 /root/port_scan.py %s" % NODE).split()]
     reachable = sorted({JUPYTER_PORT, 5900 + DISPLAY} & set(found))
     if reachable:

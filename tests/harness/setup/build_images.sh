@@ -5,15 +5,15 @@ set -euo pipefail
 here=$(dirname "$0")
 
 if ! command -v debootstrap >/dev/null; then
-  [ "$(id -u)" -eq 0 ] || { echo "build-images: debootstrap is missing: sudo apt-get install debootstrap" >&2; exit 1; }
-  echo "build-images: installing debootstrap"
+  [ "$(id -u)" -eq 0 ] || { echo "build_images: debootstrap is missing: sudo apt-get install debootstrap" >&2; exit 1; }
+  echo "build_images: installing debootstrap"
   # Another apt (unattended-upgrades, a parallel make) may hold the lock: wait for it instead of failing.
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q debootstrap >/dev/null
 fi
 
 pids=()
 for release in bookworm trixie; do
-  "$here/build-image.sh" "$release" &
+  "$here/build_image.sh" "$release" &
   pids+=($!)
 done
 status=0

@@ -6,7 +6,7 @@ set -euo pipefail
 log=${DOCKERD_LOG:-/var/log/dlinfra-dockerd.log}
 
 die() {
-  echo "ensure-docker: $*" >&2
+  echo "ensure_docker: $*" >&2
   exit 1
 }
 
@@ -16,7 +16,7 @@ answers && exit 0
 
 if ! command -v dockerd >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || die "no Docker engine and not root: install docker.io (sudo apt-get install docker.io) and start it, or re-run as root"
-  echo "ensure-docker: installing docker.io"
+  echo "ensure_docker: installing docker.io"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io >/dev/null
 fi
@@ -28,7 +28,7 @@ if ! answers; then
     fi
     # This host's own dockerd, by its pid file: `pgrep dockerd` would also find the engines inside test containers.
     if ! answers && ! { [ -s /var/run/docker.pid ] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; }; then
-      echo "ensure-docker: starting dockerd (log: $log)"
+      echo "ensure_docker: starting dockerd (log: $log)"
       # In a session of its own: stopping the job that started it (a stage, a shell) must not stop the engine.
       setsid nohup dockerd >"$log" 2>&1 < /dev/null &
     fi

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 USER_INVENTORY = ROOT / ".cache" / "as-a-user" / "inventory"
 FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi"
 

@@ -19,9 +19,9 @@
 # network (tests/fixtures/airgap-record.nft). The inventory gains tests/fixtures/airgap_hosts.yml: every node in the group
 # airgap_lab, whose variables (inventories/sim/group_vars/airgap_lab.yml) point the roles at the store.
 # `up` ends with the record, and fails if a node tried to reach anything but the store. Checked by
-# tests/harness/airgap_lab.py (make test stage airgap).
+# tests/harness/lab/airgap_lab.py (make test stage airgap).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 PATH="$PWD/.venv/bin:$PATH"
 inventory=(-i inventories/sim)
 network=dlinfra-sim
@@ -113,7 +113,7 @@ lab() {
           net=(--network "$internal" --dns "$store_ip" --cap-add NET_ADMIN --label org.dlinfra.demo.airgap=1)
         fi
         # --restart: a reboot inside (systemctl reboot ends systemd, PID 1) brings the container back, as a machine
-        # comes back; upgrade.yml's reboot of a node is tested with it (tests/harness/rolling_lab.py).
+        # comes back; upgrade.yml's reboot of a node is tested with it (tests/harness/lab/rolling_lab.py).
         docker run -d --name "$host" --hostname "$host" "${net[@]}" --restart unless-stopped \
           --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
           -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
@@ -167,13 +167,13 @@ site() {
 }
 
 attempts() {
-  python3 tests/harness/airgap_lab.py --attempts
+  python3 tests/harness/lab/airgap_lab.py --attempts
 }
 
 report() {
-  quietly "$cache/logs/report.log" tests/harness/demo_report.yml
+  quietly "$cache/logs/report.log" tests/harness/lab/demo_report.yml
   echo
-  python3 tests/harness/demo_report.py "$cache/report.json"
+  python3 tests/harness/lab/demo_report.py "$cache/report.json"
 }
 
 validate() {
@@ -198,7 +198,7 @@ train() {
 workspace() {
   echo
   echo "demo: Jupyter Lab and a VNC desktop for alice on the GPU nodes, listening on their loopback only"
-  .venv/bin/python tests/harness/jupyter_index.py "$cache/pypi" --python-version 3.13 >/dev/null
+  .venv/bin/python tests/harness/lab/jupyter_index.py "$cache/pypi" --python-version 3.13 >/dev/null
   docker exec sim-store mkdir -p /var/www/html/pypi
   docker cp "$cache/pypi/." sim-store:/var/www/html/pypi
   for node in sim-gpu1 sim-gpu2; do

@@ -4,7 +4,7 @@
 # a stable alias (dlinfra-test/debian:RELEASE) is what molecule and the simulated lab use.
 set -euo pipefail
 
-release=${1:?usage: build-image.sh bookworm|trixie}
+release=${1:?usage: build_image.sh bookworm|trixie}
 repo=dlinfra-test/debian
 # What a minimal Debian server install holds (no task selected) and nothing more: every role brings what it uses,
 # so a check-mode run and a converge on these images see what they would see on a freshly installed server.
@@ -17,7 +17,7 @@ alias="$repo:$release"
 
 if docker image inspect "$tag" >/dev/null 2>&1; then
   docker tag "$tag" "$alias"
-  echo "build-image: $tag is current"
+  echo "build_image: $tag is current"
   exit 0
 fi
 
@@ -26,13 +26,13 @@ mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '
 if [ -z "$mirror" ]; then
   mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
 fi
-[ -n "$mirror" ] || { echo "build-image: no Debian mirror found in the host's apt sources" >&2; exit 1; }
+[ -n "$mirror" ] || { echo "build_image: no Debian mirror found in the host's apt sources" >&2; exit 1; }
 
-command -v debootstrap >/dev/null || { echo "build-image: debootstrap is missing: run build-images.sh (it installs it once)" >&2; exit 1; }
+command -v debootstrap >/dev/null || { echo "build_image: debootstrap is missing: run build_images.sh (it installs it once)" >&2; exit 1; }
 
 root=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-$release.XXXXXX")
 trap 'rm -rf "$root"' EXIT
-echo "build-image: debootstrap $release from $mirror"
+echo "build_image: debootstrap $release from $mirror"
 debootstrap --variant=minbase --include="$packages" "$release" "$root" "$mirror" >"$root.log" 2>&1 || {
   tail -n 20 "$root.log" >&2
   exit 1
@@ -52,4 +52,4 @@ tar -C "$root" -c . | docker import \
   --change "LABEL org.dlinfra.recipe=$recipe_hash" \
   - "$tag" >/dev/null
 docker tag "$tag" "$alias"
-echo "build-image: built $tag"
+echo "build_image: built $tag"

@@ -13,7 +13,7 @@ import sys
 
 from packaging.requirements import Requirement
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 PROVIDED = {"__future__", "ansible", "ansible_collections"}
 
 

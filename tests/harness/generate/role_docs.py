@@ -12,7 +12,7 @@ import yaml
 from antsibull_docs_parser import parser
 from antsibull_docs_parser.format import Formatter, format_paragraphs
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 BEGIN, END = "<!-- BEGIN VARIABLES (generated from meta/argument_specs.yml) -->", "<!-- END VARIABLES -->"
 
 
@@ -139,7 +139,7 @@ def check_role(role, write):
         if write:
             readme.write_text(head + BEGIN + wanted + END + tail)
         else:
-            problems.append("%s: README.md's variable table is stale; run: .venv/bin/python tests/harness/role_docs.py --write" % role.name)
+            problems.append("%s: README.md's variable table is stale; run: .venv/bin/python tests/harness/generate/role_docs.py --write" % role.name)
     return problems
 
 
