@@ -16,6 +16,7 @@ trap 'rm -rf "$work"' EXIT
   || { echo "ensure_promtool: apt-get download prometheus failed (run apt-get update?)" >&2; exit 1; }
 dpkg-deb -x "$work"/prometheus_*.deb "$work/root"
 mkdir -p "$dest/bin"
-cp "$work/root/usr/bin/promtool" "$dest/bin/promtool.part"
-mv "$dest/bin/promtool.part" "$dest/bin/promtool"
+# A name of this process's own, then a rename: pytest's workers may fetch it at once, and none runs a half-copied file.
+cp "$work/root/usr/bin/promtool" "$dest/bin/promtool.$$"
+mv "$dest/bin/promtool.$$" "$dest/bin/promtool"
 echo "$dest/bin/promtool"
