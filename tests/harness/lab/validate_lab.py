@@ -44,7 +44,7 @@ CORDON_LABEL = "dlinfra.io/validate-failed"
 
 # What says which phase a check belongs to (a stdlib-only module of the collection, loaded from its file).
 _SPEC = importlib.util.spec_from_file_location("validate_phases",
-                                               ROOT / "plugins" / "plugin_utils" / "validate_phases.py")
+                                               ROOT / "plugins" / "plugin_utils" / "_validate" / "phases.py")
 phases = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(phases)
 
