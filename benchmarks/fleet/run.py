@@ -24,8 +24,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "sim"
-sys.path.insert(0, str(ROOT / "tests" / "harness"))
-import play_recap  # noqa: E402  (tests/harness/play_recap.py: the PLAY RECAP reader the lab stages share)
+sys.path.insert(0, str(ROOT / "tests" / "harness" / "lab"))
+import play_recap  # noqa: E402  (tests/harness/lab/play_recap.py: the PLAY RECAP reader the lab stages share)
 TARGETS = {"cpu_per_gpu_node_s": 3.0, "tasks_per_gpu_node": 40, "wall_3_nodes_s": 30.0, "fleet_minutes": 15.0}
 
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a user gets from Galaxy: the built tarball holds the collection and nothing that only makes sense in a clone,
 galaxy.yml declares exactly the collections the shipped code calls, and the execution-environment metadata names
-exactly the controller-side Python packages the plugins import (tests/harness/ee_check.sh runs ansible-builder on it).
+exactly the controller-side Python packages the plugins import (tests/harness/packaging/ee_check.sh runs ansible-builder on it).
 Builds the real tarball once (under a second)."""
 
 import ast
@@ -174,7 +174,7 @@ def test_the_readme_names_the_declared_collections():
 
 
 def _harness(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "harness" / ("%s.py" % name))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "harness" / "packaging" / ("%s.py" % name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""build-images.sh on a machine without debootstrap (a fresh machine's first `make demo`): both image builds run in
+"""build_images.sh on a machine without debootstrap (a fresh machine's first `make demo`): both image builds run in
 parallel, so debootstrap must be installed once before them. The real scripts run against stand-in commands: an
 apt-get that, like dpkg, refuses a second install while one holds the lock; docker, debootstrap and chroot that only
 record what they were asked."""
@@ -47,7 +47,7 @@ def test_a_machine_without_debootstrap_builds_both_images_first_time(tmp_path):
     fake(bin_dir, "id", ID)
     calls = tmp_path / "calls"
     env = dict(os.environ, PATH="%s:/usr/bin:/bin" % bin_dir, FAKE=str(tmp_path), CALLS=str(calls), TMPDIR=str(tmp_path))
-    result = subprocess.run([str(ROOT / "tests/harness/build-images.sh")], env=env, capture_output=True, text=True,
+    result = subprocess.run([str(ROOT / "tests/harness/setup/build_images.sh")], env=env, capture_output=True, text=True,
                             timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     recorded = calls.read_text().splitlines()

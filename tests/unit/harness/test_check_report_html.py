@@ -20,7 +20,7 @@ NODES = ["sim-gpu1", "sim-gpu2", "sim-gpu3"]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("check_report_html", ROOT / "tests" / "harness" / "check_report_html.py")
+    spec = importlib.util.spec_from_file_location("check_report_html", ROOT / "tests" / "harness" / "lab" / "check_report_html.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

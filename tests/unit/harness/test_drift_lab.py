@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/drift_lab.py's cases against the roles and the lab's inventory, without the lab: the stage finds each
+"""tests/harness/lab/drift_lab.py's cases against the roles and the lab's inventory, without the lab: the stage finds each
 role's check by its task name, a drift names a record item the way converged_state words its reason, and the microk8s
 cases hold to what the docstring says check mode relies on."""
 
@@ -13,7 +13,7 @@ import yaml
 from ansible_collections.dlinfra.gpu_cluster.plugins.modules import converged_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-HARNESS = ROOT / "tests" / "harness"
+HARNESS = ROOT / "tests" / "harness" / "lab"
 sys.path.insert(0, str(HARNESS))  # drift_lab imports lab, beside it
 SPEC = importlib.util.spec_from_file_location("drift_lab", HARNESS / "drift_lab.py")
 drift_lab = importlib.util.module_from_spec(SPEC)

@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/play_recap.py, the one reader of ansible-playbook's PLAY RECAP (the airgap and rolling lab stages,
+"""tests/harness/lab/play_recap.py, the one reader of ansible-playbook's PLAY RECAP (the airgap and rolling lab stages,
 the fleet benchmark), on recaps as ansible-core 2.18 prints them."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SPEC = importlib.util.spec_from_file_location("play_recap", ROOT / "tests" / "harness" / "play_recap.py")
+SPEC = importlib.util.spec_from_file_location("play_recap", ROOT / "tests" / "harness" / "lab" / "play_recap.py")
 play_recap = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(play_recap)
 

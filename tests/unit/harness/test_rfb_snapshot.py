@@ -1,6 +1,6 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/rfb_snapshot.py, the remote_desktop scenario's VNC client: its judgement fails a black or blank frame
+"""tests/harness/lab/rfb_snapshot.py, the remote_desktop scenario's VNC client: its judgement fails a black or blank frame
 and passes a desktop's, and its RFB 3.8 exchange (against a scripted server here; the scenario runs it against
 TigerVNC) tells an accepted login from a refused one. DES itself is Debian's pycryptodome on the node: replaced here."""
 
@@ -13,7 +13,7 @@ import threading
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SPEC = importlib.util.spec_from_file_location("rfb_snapshot", ROOT / "tests" / "harness" / "rfb_snapshot.py")
+SPEC = importlib.util.spec_from_file_location("rfb_snapshot", ROOT / "tests" / "harness" / "lab" / "rfb_snapshot.py")
 rfb = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(rfb)
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SPEC = importlib.util.spec_from_file_location("role_docs", ROOT / "tests" / "harness" / "role_docs.py")
+SPEC = importlib.util.spec_from_file_location("role_docs", ROOT / "tests" / "harness" / "generate" / "role_docs.py")
 role_docs = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(role_docs)
 RAW_MARKUP = re.compile(r"\b(?:C|I|B|V|O|RV|E|M|U|L|R|P)\([^)]*\)|HORIZONTALLINE")

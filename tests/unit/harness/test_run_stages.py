@@ -1,13 +1,13 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/run_stages.py: the machine's CPU use it prints after each group and at the end; --help starts nothing."""
+"""tests/harness/stages/run_stages.py: the machine's CPU use it prints after each group and at the end; --help starts nothing."""
 import pathlib
 import re
 import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "harness"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "harness" / "stages"))
 import run_stages  # noqa: E402  pylint: disable=wrong-import-position
 
 

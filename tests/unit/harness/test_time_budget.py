@@ -1,13 +1,13 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""tests/harness/time_budget.py: the slowness against the record, what is predicted left, and when the run must stop."""
+"""tests/harness/stages/time_budget.py: the slowness against the record, what is predicted left, and when the run must stop."""
 import json
 import pathlib
 import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "harness"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "tests" / "harness" / "stages"))
 import time_budget  # noqa: E402  pylint: disable=wrong-import-position
 
 RECORD = {"venv": 0, "unit": 100, "lint": 5, "as-a-user": 400, "rolling": 300, "molecule:a": 200, "molecule:b": 100}

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The microk8s TEST DOUBLE's server-side dry run and GPU accounting (tests/test_doubles/snapd/microk8s.py).
 
-The simulated lab (`make demo`, tests/harness/lab_verify.yml) relies on them: a manifest the double accepts with --dry-run=server must be one
+The simulated lab (`make demo`, tests/harness/lab/lab_verify.yml) relies on them: a manifest the double accepts with --dry-run=server must be one
 the real API server accepts (the k8s_gpu_job filter's output, checked here against the Kubernetes schemas too), a
 broken one must be refused with kubectl's message, and a dry run must store nothing.
 """

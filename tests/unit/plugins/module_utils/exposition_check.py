@@ -1,19 +1,14 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Checks of Prometheus' text exposition format for the collector tests: a strict parser written from the format's
-specification (independent of the writer under test), and promtool where it is at hand.
-
-promtool: $PROMTOOL, promtool on PATH, or .cache/promtool/bin/promtool (tests/harness/ensure-promtool.sh puts it
-there from Debian's `prometheus` package).
+specification (independent of the writer under test), and promtool's own check. The tests take promtool from the
+session fixture of tests/unit/conftest.py, which fetches it when it is not at hand (never a skip decided at collection).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import pathlib
 import re
-import shutil
 import subprocess
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -23,7 +18,6 @@ _TYPE = re.compile(r"^# TYPE (%s) (counter|gauge|histogram|summary|untyped)$" % 
 _SAMPLE = re.compile(r"^(%s)(?:\{(.*)\})? (\S+)(?: (-?\d+))?$" % _NAME)
 _LABEL_PAIR = re.compile(r'(%s)="((?:[^"\\\n]|\\[\\"n])*)"(,|$)' % _LABEL)
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
 def parse_exposition(text):
@@ -73,17 +67,8 @@ def parse_exposition(text):
     return families
 
 
-def promtool():
-    """Path of a promtool binary, or None."""
-    candidates = [os.environ.get("PROMTOOL"), shutil.which("promtool"), str(REPO / ".cache" / "promtool" / "bin" / "promtool")]
-    for candidate in candidates:
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-def promtool_check_metrics(text):
-    """(exit code, output) of `promtool check metrics` on text."""
-    completed = subprocess.run([promtool(), "check", "metrics"], input=text.encode(), stdout=subprocess.PIPE,
+def promtool_check_metrics(promtool, text):
+    """(exit code, output) of `promtool check metrics` on text, promtool the binary's path (the fixture's)."""
+    completed = subprocess.run([promtool, "check", "metrics"], input=text.encode(), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=60, check=False)
     return completed.returncode, completed.stdout.decode(errors="replace")

@@ -16,13 +16,12 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.gpu_metrics im
     xid_counts,
 )
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import parse_nvidia_smi_xml
-from exposition_check import parse_exposition, promtool, promtool_check_metrics
+from exposition_check import parse_exposition, promtool_check_metrics
 from test_nvidia_smi import build_sysfs
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "nvidia_smi"
 REPORTS = sorted(path.name for path in FIXTURES.glob("*.xml") if path.name != "nvidia_smi_truncated.xml")
 GPU_LABELS = {"gpu", "uuid", "model", "pci_bus_id"}
-needs_promtool = pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/ensure-promtool.sh fetches it")
 
 
 def cat(path):
@@ -76,11 +75,10 @@ def test_every_recorded_report_gives_every_gpu_its_series(tmp_path, fixture):
             assert all(GPU_LABELS <= set(labels) for labels, _value in family["samples"]), name
 
 
-@needs_promtool
 @pytest.mark.parametrize("fixture", REPORTS + ["nvidia_smi_truncated.xml"])
-def test_promtool_check_metrics_passes_on_every_recorded_report(tmp_path, fixture):
+def test_promtool_check_metrics_passes_on_every_recorded_report(tmp_path, fixture, promtool):
     _families, text, _problems = run(tmp_path, cat(FIXTURES / fixture), kernel_log=str(FIXTURES / "dmesg_xid_79.txt"))
-    code, output = promtool_check_metrics(text)
+    code, output = promtool_check_metrics(promtool, text)
     assert code == 0, output
 
 

@@ -3,7 +3,7 @@
 """The collector's staging series on files the staging engine itself wrote: stage() runs that succeed and fail, a
 dataset with no run yet, a run in progress (the engine's own record and progress writers), a killed run, and files
 that are half-written, planted or missing, each costing its own dataset only. The output passes the exposition
-check and, where it is at hand, promtool check metrics."""
+check and promtool check metrics (promtool: the session fixture of tests/unit/conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.last_
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME, Progress
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.gpu_metrics import collect
-from exposition_check import parse_exposition, promtool, promtool_check_metrics
+from exposition_check import parse_exposition, promtool_check_metrics
 
 FAST = dict(backoff=0.001, backoff_max=0.01, timeout=5, retries=0)
 KIB = 1024
@@ -149,7 +149,7 @@ def test_a_run_whose_process_is_gone_is_interrupted(tmp_path):
     assert one(families, "dlinfra_staging_up", dataset="ds") == 1
 
 
-def test_half_written_and_planted_files_cost_their_dataset_only(tmp_path, three_datasets):
+def test_half_written_and_planted_files_cost_their_dataset_only(tmp_path, three_datasets, promtool):
     _index, _before = three_datasets
     # A run in progress whose progress file is cut short, a record cut short, a FIFO where the record goes.
     cut = tmp_path / "cut"
@@ -182,16 +182,14 @@ def test_half_written_and_planted_files_cost_their_dataset_only(tmp_path, three_
     staging = sorted(problem for problem in problems if problem.startswith("dataset "))
     assert [problem.split(":")[0] for problem in staging] == ["dataset cut", "dataset fifo", "dataset short"]
     assert "not a regular file" in staging[1] and "not a progress document" in staging[0]
-    if promtool():
-        code, output = promtool_check_metrics(text)
-        assert code == 0, output
+    code, output = promtool_check_metrics(promtool, text)
+    assert code == 0, output
 
 
-@pytest.mark.skipif(promtool() is None, reason="no promtool: tests/harness/ensure-promtool.sh fetches it")
-def test_promtool_check_metrics_passes_on_the_staging_series(tmp_path, three_datasets):
+def test_promtool_check_metrics_passes_on_the_staging_series(tmp_path, three_datasets, promtool):
     index, _before = three_datasets
     _families, text, _problems = scrape(tmp_path, index)
-    code, output = promtool_check_metrics(text)
+    code, output = promtool_check_metrics(promtool, text)
     assert code == 0, output
 
 

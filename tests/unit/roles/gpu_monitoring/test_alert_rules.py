@@ -4,20 +4,17 @@
 alert_rules_test.yml, and the ties the rules keep to the collector (only series it writes) and to validate (its check
 ids and its list of slowdown reasons).
 
-promtool is Prometheus' own: $PROMTOOL, .cache/promtool/bin/promtool or promtool on PATH, else
-tests/harness/ensure-promtool.sh unpacks it from Debian's `prometheus` package (~2.5 s). Without it these tests fail,
-saying so; they never skip.
+promtool is Prometheus' own, the session fixture of tests/unit/conftest.py: $PROMTOOL,
+.cache/promtool/bin/promtool or promtool on PATH, else tests/harness/setup/ensure_promtool.sh unpacks it from Debian's
+`prometheus` package (~2.5 s). Without it these tests fail, saying so; they never skip.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import re
-import shutil
 import subprocess
 
-import pytest
 import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import gpu_metrics, staging_metrics
@@ -26,7 +23,6 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate impo
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 RULES = ROOT / "roles" / "gpu_monitoring" / "files" / "prometheus" / "dlinfra-gpu.rules.yml"
 UNIT_TESTS = pathlib.Path(__file__).with_name("alert_rules_test.yml")
-ENSURE_PROMTOOL = ROOT / "tests" / "harness" / "ensure-promtool.sh"
 # Series from elsewhere than the collector: Prometheus' own per target, node exporter's free bytes per filesystem.
 OTHER_SERIES = {"up", "node_filesystem_avail_bytes"}
 # The labels the collector and the scrape give the series the alerts read.
@@ -37,22 +33,6 @@ KNOWN_LABELS = {"instance", "job", "gpu", "uuid", "model", "pci_bus_id", "xid", 
 # filesystem's free space (validate_checks.storage_checks: storage.free_space).
 OTHER_CHECKS = {"monitoring.up", "dataset.{{ $labels.dataset }}.placement", "storage.free_space"}
 WRITTEN = set(gpu_metrics._families()) | set(staging_metrics.staging_families())  # pylint: disable=protected-access
-
-
-@pytest.fixture(scope="module")
-def promtool():
-    for candidate in (os.environ.get("PROMTOOL"), str(ROOT / ".cache" / "promtool" / "bin" / "promtool"),
-                      shutil.which("promtool")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    completed = subprocess.run(["bash", str(ENSURE_PROMTOOL)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, timeout=300, check=False)
-    path = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else ""
-    if completed.returncode != 0 or not os.access(path, os.X_OK):
-        pytest.fail("no promtool: %s exited with %d (%s); set PROMTOOL to a promtool binary, or install Debian's "
-                    "prometheus package" % (ENSURE_PROMTOOL.relative_to(ROOT), completed.returncode,
-                                            completed.stderr.strip() or "no message"))
-    return path
 
 
 def alerts():

@@ -6,7 +6,7 @@ The dashboard's layout and data source references, its variables chained cluster
 PromQL: every query reads only series the collector writes (gpu_metrics.py), node exporter's `up` or `ALERTS`, and
 is valid PromQL by `promtool check rules` (each query written, Grafana's variables replaced, as a recording rule);
 the Xid-by-code query is run on recorded series with `promtool test rules`. promtool comes as for the alerting rules
-(test_alert_rules.py's fixture): these tests fail, never skip, without it.
+(the session fixture of tests/unit/conftest.py): these tests fail, never skip, without it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils import gpu_metrics, staging_metrics
-from test_alert_rules import promtool  # noqa: F401 pylint: disable=unused-import  # the fixture, shared
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 GRAFANA = ROOT / "roles" / "gpu_monitoring" / "files" / "grafana"
@@ -220,7 +219,7 @@ def test_queries_read_only_series_the_collector_node_exporter_or_prometheus_writ
     assert all(series_names(expr) for _where, expr in expressions())
 
 
-def test_queries_are_valid_promql(promtool, tmp_path):  # pylint: disable=redefined-outer-name
+def test_queries_are_valid_promql(promtool, tmp_path):
     rules = [{"record": "dashboard:query_%d" % index, "expr": substitute(expr)}
              for index, (_where, expr) in enumerate(expressions())]
     path = tmp_path / "dashboard.rules.yml"
@@ -230,7 +229,7 @@ def test_queries_are_valid_promql(promtool, tmp_path):  # pylint: disable=redefi
     assert "SUCCESS: %d rules found" % len(rules) in output, output
 
 
-def test_xid_by_code_counts_a_series_born_in_the_range_whole(promtool, tmp_path):  # pylint: disable=redefined-outer-name
+def test_xid_by_code_counts_a_series_born_in_the_range_whole(promtool, tmp_path):
     (panel,) = [panel for panel in panels() if panel["title"] == "Xid reports by code, over the range"]
     expr = substitute(panel["targets"][0]["expr"]).replace("[5m]", "[1h]").replace("offset 5m", "offset 1h")
     labels = 'job="node", cluster="c1", rack="r1", node="gpu01", pci_bus_id="00000000:07:00.0"'

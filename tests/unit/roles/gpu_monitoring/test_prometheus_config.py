@@ -13,8 +13,7 @@ import yaml
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_monitoring import (
     gpu_monitoring_prometheus_config, gpu_monitoring_scrape_plan)
-# promtool is a fixture of test_alert_rules; importing it makes it one here.
-from test_alert_rules import RULES, promtool  # noqa: F401  pylint: disable=unused-import
+from test_alert_rules import RULES  # promtool is the session fixture of tests/unit/conftest.py
 
 GROUPS = {"all": ["head1", "gpu1", "gpu2"], "cluster_lab": ["head1", "gpu1", "gpu2"], "rack_r1": ["head1", "gpu1", "gpu2"],
           "head": ["head1"], "gpu_nodes": ["gpu1", "gpu2"]}
@@ -29,7 +28,7 @@ def settings(rules, alertmanager_url=""):
 
 
 @pytest.mark.parametrize("alertmanager_url", ["", "https://alertmanager.example:9093/am"])
-def test_the_written_configuration_passes_promtool(tmp_path, alertmanager_url, promtool):  # noqa: F811
+def test_the_written_configuration_passes_promtool(tmp_path, alertmanager_url, promtool):
     rules = tmp_path / "dlinfra-gpu.rules.yml"
     shutil.copy(RULES, rules)
     plan = gpu_monitoring_scrape_plan(["head1", "gpu1", "gpu2"], GROUPS, settings(rules, alertmanager_url))

@@ -5,6 +5,7 @@
 import hashlib
 import json
 import os
+import tempfile
 import time
 
 import pytest
@@ -240,15 +241,62 @@ def test_dest_that_cannot_be_created_fails_up_front(tmp_path, make_shards, shard
     assert shard_server.requests() == []
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only-mode directory anyway")
-def test_read_only_dest_fails_up_front(tmp_path, make_shards, shard_server):
+NOBODY = 65534
+
+
+def stage_error_bound_by_modes(shards, dest):
+    """The message of the StagingError that stage(shards, dest) raises for a user whom file modes bind ("" if none):
+    this process, or, as root (whom they do not bind), a child process that became nobody first."""
+    if os.geteuid() != 0:
+        try:
+            stage(shards, dest, **FAST)
+        except StagingError as exc:
+            return str(exc)
+        return ""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child leaves only through os._exit, so that pytest never goes on in two processes
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            assert os.path.isdir(dest), "nobody cannot reach %s" % dest  # the failure must be dest's own mode
+            try:
+                stage(shards, dest, **FAST)
+                answer = ""
+            except StagingError as exc:
+                answer = str(exc)
+            os.write(write_end, answer.encode())
+            code = 0
+        except BaseException as exc:  # pylint: disable=broad-except  # said to the parent, which fails the test
+            os.write(write_end, ("the child failed: %r" % exc).encode())
+        finally:
+            os._exit(code)  # pylint: disable=protected-access
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        answer = reader.read().decode()
+    _pid, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, answer
+    return answer
+
+
+def test_read_only_dest_fails_up_front(make_shards, shard_server):
+    """A dest whose mode refuses writes to its owner. Root writes into it anyway, so as root the dest is nobody's and
+    the stage runs as nobody, as a play's become_user would. The dest lies in the temporary directory, where nobody
+    can reach it (not under tmp_path, whose parent only its owner may enter)."""
     shards, contents = make_shards({"a.tar": KIB})
-    tmp_path.chmod(0o555)
+    dest = tempfile.mkdtemp(prefix="read-only-dest-")
+    if os.geteuid() == 0:
+        os.chown(dest, NOBODY, NOBODY)  # nobody's own directory: only its mode refuses the writes
+    os.chmod(dest, 0o555)
     try:
-        with pytest.raises(StagingError, match="is not writable"):
-            stage(shards, str(tmp_path), **FAST)
+        message = stage_error_bound_by_modes(shards, dest)
     finally:
-        tmp_path.chmod(0o755)
+        os.chmod(dest, 0o755)
+        os.rmdir(dest)
+    assert "dest %s is not writable" % dest in message
     assert shard_server.requests() == []
 
 

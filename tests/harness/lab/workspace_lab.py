@@ -1,0 +1,174 @@
+"""The `workspace` stage of make test: where people work, on the lab the stages before left converged (sim-gpu1).
+
+  1. the workspace of tests/fixtures/workspace.yml set up by site.yml on the cluster (--limit cluster_sim: both GPU
+     nodes get it), for a user the lab creates: Jupyter Lab from the anaconda prefix, its pinned wheels
+     through an index on the store (tests/harness/lab/jupyter_index.py, as a site without PyPI would serve them), and a
+     TigerVNC desktop; a second run changes nothing;
+  2. from another lab host (sim-head, standing for the user's machine), through the SSH tunnel the README gives
+     (`ssh -L 8888:localhost:8888 -L 5901:localhost:5901 alice@NODE`, to the node's sshd with alice's key): Jupyter's
+     API refuses a request without the token and answers with it, listing the kernel of the lab's conda environment
+     `train`; the desktop takes the password, refuses a wrong one, and its frame is a desktop, not a black one
+     (tests/harness/lab/rfb_snapshot.py);
+  3. from another lab host (sim-head), a scan of every TCP port of sim-gpu1 finds neither service, though both listen
+     on sim-gpu1's loopback.
+"""
+import json
+import pathlib
+import subprocess
+import time
+
+import yaml
+
+from lab import ROOT, USER_INVENTORY, Stage
+
+STAGE = Stage("workspace-lab")
+step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
+WORK = ROOT / ".cache" / "workspace"
+NODE, SCANNER, STORE = "sim-gpu1", "sim-head", "sim-store"
+CLIENT = SCANNER  # the user's machine: the tunnel's near end
+TUNNEL_KEY = "/root/.ssh/workspace_lab"
+LOCAL_OFFSET = 10000  # the tunnel's ports on CLIENT: 18888 for 8888, 15901 for 5901 (a head may run its own Jupyter)
+GPU_NODES = ("sim-gpu1", "sim-gpu2")  # site.yml runs on the whole cluster (its head plans for all its GPU nodes)
+SETTINGS = yaml.safe_load((ROOT / "tests" / "fixtures" / "workspace.yml").read_text())
+USER = SETTINGS["workspace_user"]
+JUPYTER_PORT = SETTINGS["anaconda_jupyter_users"][0]["port"]
+TOKEN = SETTINGS["anaconda_jupyter_users"][0]["token"]
+DISPLAY = SETTINGS["remote_desktop_users"][0]["display"]
+VNC_PASSWORD = SETTINGS["remote_desktop_users"][0]["password"]
+
+
+def copy_to(host, source, dest):
+    """docker cp source (a file or a directory's contents) to dest on a lab host, outside its tmpfs mounts."""
+    subprocess.run(["docker", "exec", host, "mkdir", "-p", dest], check=True)
+    subprocess.run(["docker", "cp", str(source) + ("/." if pathlib.Path(source).is_dir() else ""), "%s:%s" % (host, dest)],
+                   check=True)
+
+
+def converge(name):
+    """site.yml with the workspace's settings, on the cluster (as a site turns them on); the GPU nodes' changed count."""
+    log = WORK / (name + ".log")
+    began = time.monotonic()
+    with open(log, "w") as out:
+        code = subprocess.call(
+            ["ansible-playbook", "site.yml", "-i", str(USER_INVENTORY),
+             "--limit", "cluster_sim", "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
+             "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
+             "-e", "@" + str(ROOT / "tests" / "fixtures" / "workspace.yml")],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    text = log.read_text()
+    changed = [int(part.split("=")[1]) for line in text.splitlines() if line.split(" ", 1)[0] in GPU_NODES
+               for part in line.split() if part.startswith("changed=")]
+    print("workspace-lab: run %s: exit %d in %.0f s, changed=%s (log %s)"
+          % (name, code, time.monotonic() - began, changed, log), flush=True)
+    if code != 0:
+        print(text[-5000:])
+        fail("run %s exited %d" % (name, code))
+    return sum(changed)
+
+
+def open_tunnel():
+    """sshd on the node (a real node has one; the lab's images do not), alice's key, and the tunnel from CLIENT with
+    the README's forwards, in the background: Jupyter and the desktop are then on CLIENT's loopback."""
+    install = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends %s >/dev/null"
+    sh(NODE, "command -v sshd >/dev/null || (%s && systemctl enable --now ssh >/dev/null 2>&1)" % (install % "openssh-server"))
+    sh(CLIENT, "command -v ssh >/dev/null || %s" % (install % "openssh-client"))
+    sh(CLIENT, "mkdir -p -m 700 /root/.ssh && test -f %s || ssh-keygen -q -t ed25519 -N '' -f %s" % (TUNNEL_KEY, TUNNEL_KEY))
+    key = sh(CLIENT, "cat %s.pub" % TUNNEL_KEY).strip()
+    sh(NODE, "install -d -m 700 -o {u} -g {u} /home/{u}/.ssh && echo '{k}' > /home/{u}/.ssh/authorized_keys "
+             "&& chown {u}: /home/{u}/.ssh/authorized_keys && chmod 600 /home/{u}/.ssh/authorized_keys"
+             .format(u=USER, k=key))
+    close_tunnel()
+    sh(CLIENT, "ssh -f -N -o ExitOnForwardFailure=yes -o StrictHostKeyChecking=accept-new -o BatchMode=yes -i %s "
+               "-L %d:localhost:%d -L %d:localhost:%d %s@%s >/dev/null 2>/root/tunnel.log"
+               % (TUNNEL_KEY, LOCAL_OFFSET + JUPYTER_PORT, JUPYTER_PORT, LOCAL_OFFSET + 5900 + DISPLAY, 5900 + DISPLAY,
+                  USER, NODE))
+
+
+def close_tunnel():
+    sh(CLIENT, "pkill -x ssh || true")  # the tunnel is CLIENT's only ssh client
+
+
+def http_status(path, token=None):
+    header = "-H 'Authorization: token %s'" % token if token else ""
+    return sh(CLIENT, "curl -s -o /dev/null -w '%%{http_code}' %s http://127.0.0.1:%d%s"
+              % (header, LOCAL_OFFSET + JUPYTER_PORT, path))
+
+
+def snapshot(password):
+    """rfb_snapshot.py on CLIENT against the user's display through the tunnel: (exit status, its JSON)."""
+    sh(CLIENT, "printf %%s '%s' > /root/vnc-try && chmod 600 /root/vnc-try" % password)
+    done = subprocess.run(["docker", "exec", CLIENT, "python3", "/root/rfb_snapshot.py",
+                           "--port", str(LOCAL_OFFSET + 5900 + DISPLAY),
+                           "--password-file", "/root/vnc-try", "--timeout", "30"],
+                          capture_output=True, text=True, check=False)
+    try:
+        return done.returncode, json.loads(done.stdout)
+    except ValueError:
+        return done.returncode, {"output": done.stdout + done.stderr}
+
+
+def listening(port):
+    """The local addresses sim-gpu1 listens on for port."""
+    return sorted({line.split()[3].rsplit(":", 1)[0] for line in sh(NODE, "ss -Hltn").splitlines()
+                   if line.split()[3].rsplit(":", 1)[1] == str(port)})
+
+
+def main():
+    if not (USER_INVENTORY / "hosts.yml").exists():
+        fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
+    WORK.mkdir(parents=True, exist_ok=True)
+
+    step("1. Jupyter and a desktop for %s on the GPU nodes, the wheels from the store's index" % USER)
+    index = WORK / "pypi"
+    subprocess.run(["python", str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"), str(index),
+                    "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
+    copy_to(STORE, index, "/var/www/html/pypi")
+    for node in GPU_NODES:
+        sh(node, "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (USER, USER))
+        # The driver's Debian packages divert Mesa's libGL and select NVIDIA's GLX alternative, which holds no libGL
+        # without NVIDIA's GLX package; Xtigervnc links libGL (the remote_desktop role stops naming this). The lab's
+        # GPU nodes, which have no GPU to render with, take Mesa's.
+        sh(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 libglx-mesa0 "
+                 ">/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null")
+    converge("first")
+    if converge("again"):
+        fail("the second run changed something on %s (log %s)" % (NODE, WORK / "again.log"))
+
+    step("2. Jupyter and the desktop through an SSH tunnel from %s, with their secrets only" % CLIENT)
+    open_tunnel()
+    refused, answered = http_status("/api/kernelspecs"), http_status("/api/kernelspecs", TOKEN)
+    specs = json.loads(sh(CLIENT, "curl -s -H 'Authorization: token %s' http://127.0.0.1:%d/api/kernelspecs"
+                          % (TOKEN, LOCAL_OFFSET + JUPYTER_PORT)))
+    if refused not in ("403", "302") or answered != "200":
+        fail("Jupyter's API: %s without the token (expected 403 or a redirect to login), %s with it" % (refused, answered))
+    if not any("train" in name for name in specs.get("kernelspecs", {})):
+        fail("Jupyter lists no kernel of the environment train: %s" % sorted(specs.get("kernelspecs", {})))
+    sh(CLIENT, "command -v python3 >/dev/null && python3 -c 'import Cryptodome' 2>/dev/null "
+               "|| apt-get install -y -qq --no-install-recommends python3-pycryptodome >/dev/null")
+    copy_to(CLIENT, ROOT / "tests" / "harness" / "lab" / "rfb_snapshot.py", "/root")
+    code, frame = snapshot(VNC_PASSWORD)
+    if code != 0:
+        fail("the desktop with its password: exit %d, %s" % (code, frame))
+    wrong, refusal = snapshot("wrong-pw")
+    if wrong != 2:
+        fail("the desktop took a wrong password: exit %d, %s" % (wrong, refusal))
+    close_tunnel()
+    print("workspace-lab: through the tunnel, Jupyter %s without the token, 200 with it, kernels %s; the desktop %s; a wrong password refused"
+          % (refused, sorted(specs["kernelspecs"]), {k: frame.get(k) for k in ("width", "height", "colours")}))
+
+    step("3. a port scan of %s from %s" % (NODE, SCANNER))
+    for port in (JUPYTER_PORT, 5900 + DISPLAY):
+        if listening(port) not in (["127.0.0.1"], ["127.0.0.1", "[::1]"]):
+            fail("%s listens on %s for port %d, expected its loopback only" % (NODE, listening(port), port))
+    copy_to(SCANNER, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
+    found = [int(port) for port in sh(SCANNER, "python3 /root/port_scan.py %s" % NODE).split()]
+    reachable = sorted({JUPYTER_PORT, 5900 + DISPLAY} & set(found))
+    if reachable:
+        fail("from %s, %s port(s) %s answer" % (SCANNER, NODE, reachable))
+    print("workspace-lab: from %s, %s's open TCP ports are %s: neither Jupyter (%d) nor the desktop (%d)"
+          % (SCANNER, NODE, found, JUPYTER_PORT, 5900 + DISPLAY))
+    print("workspace-lab: passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Build a systemd-ready Debian test image with debootstrap and `docker import` (no registry here).
+# The tag carries a hash of this recipe, so an image is rebuilt only when the recipe changes;
+# a stable alias (dlinfra-test/debian:RELEASE) is what molecule and the simulated lab use.
+set -euo pipefail
+
+release=${1:?usage: build_image.sh bookworm|trixie}
+repo=dlinfra-test/debian
+# What a minimal Debian server install holds (no task selected) and nothing more: every role brings what it uses,
+# so a check-mode run and a converge on these images see what they would see on a freshly installed server.
+# iproute2 (priority important, on every installed server) gives Ansible its network facts.
+packages=python3,systemd,systemd-sysv,sudo,iproute2
+
+recipe_hash=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-12)
+tag="$repo:$release-$recipe_hash"
+alias="$repo:$release"
+
+if docker image inspect "$tag" >/dev/null 2>&1; then
+  docker tag "$tag" "$alias"
+  echo "build_image: $tag is current"
+  exit 0
+fi
+
+# The host's own Debian mirror (deb822 `URIs:` or a one-line `deb` entry), never a hard-coded host.
+mirror=$(grep -hE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+if [ -z "$mirror" ]; then
+  mirror=$(grep -hE '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+fi
+[ -n "$mirror" ] || { echo "build_image: no Debian mirror found in the host's apt sources" >&2; exit 1; }
+
+command -v debootstrap >/dev/null || { echo "build_image: debootstrap is missing: run build_images.sh (it installs it once)" >&2; exit 1; }
+
+root=$(mktemp -d "${TMPDIR:-/tmp}/dlinfra-$release.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+echo "build_image: debootstrap $release from $mirror"
+debootstrap --variant=minbase --include="$packages" "$release" "$root" "$mirror" >"$root.log" 2>&1 || {
+  tail -n 20 "$root.log" >&2
+  exit 1
+}
+rm -f "$root.log"
+
+# A container has no console to getty on, and machine-id must be unique per container.
+chroot "$root" systemctl mask getty@tty1.service serial-getty@ttyS0.service console-getty.service systemd-remount-fs.service >/dev/null 2>&1 || true
+: >"$root/etc/machine-id"
+# Keep the package lists, as a real installed host has them (check mode cannot refresh them).
+chroot "$root" apt-get clean
+
+
+tar -C "$root" -c . | docker import \
+  --change 'CMD ["/lib/systemd/systemd"]' \
+  --change 'ENV container=docker' \
+  --change "LABEL org.dlinfra.recipe=$recipe_hash" \
+  - "$tag" >/dev/null
+docker tag "$tag" "$alias"
+echo "build_image: built $tag"
