@@ -6,6 +6,13 @@ import json
 import pathlib
 import subprocess
 import sys
+from unittest import mock
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.playbook.play_context import PlayContext
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import ActionModule
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -140,3 +147,54 @@ def test_each_clusters_plan_goes_where_its_first_target_says_whichever_host_runs
         for cluster, hosts in (("cluster_a", ["a1", "a2"]), ("cluster_b", ["b1", "b2"])):
             plan = json.loads((tmp_path / cluster / ".shard_staging" / cluster / "ds.plan.json").read_text())
             assert sorted(plan["nodes"]) == hosts
+
+
+def make_action(args, check_mode=False):
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = check_mode
+    task.diff = False
+    return ActionModule(task, mock.MagicMock(), PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+
+
+def index_dataset(tmp_path):
+    entries = [{"url": "s-%d.tar" % i, "nsamples": 1, "filesize": 1000 + i} for i in range(4)]
+    (tmp_path / "index.json").write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": entries}))
+    return {"name": "ds", "source": "file://%s/s-{0..3}.tar" % tmp_path, "index": str(tmp_path / "index.json"),
+            "mode": "partition", "replicas": 1, "peer_assist": False}
+
+
+def report(free=10 ** 6, **extra):
+    return dict({"room": {"reserve_bytes": 0, "results": [{"item": {"name": "ds"}, "free_bytes": free, "held_bytes": 0,
+                                                           "total_bytes": 10 ** 7}]}}, **extra)
+
+
+def test_the_action_plans_from_the_reports_it_is_handed_and_reads_no_host_variable(tmp_path):
+    reports = {"n0": report(ranks={"set": 2}), "n1": report()}
+    action = make_action({"datasets": [index_dataset(tmp_path)], "targets": ["n0", "n1"], "reports": reports,
+                          "plan_dir": str(tmp_path / "plans")})
+    result = action.run(task_vars={"groups": {}})  # no hostvars: a KeyError if the action looked there
+    planned = result["datasets"]["ds"]
+    assert result["changed"] is True and (tmp_path / "plans" / "ds.plan.json").exists()
+    assert {host: node["ranks"] for host, node in planned["nodes"].items()} == {"n0": 2, "n1": 1}
+    assert result["msg"] == planned["summary"]
+
+
+def test_a_target_without_a_report_is_named(tmp_path):
+    action = make_action({"datasets": [index_dataset(tmp_path)], "targets": ["n0", "n1"], "reports": {"n0": report()},
+                          "plan_dir": str(tmp_path / "plans")})
+    with pytest.raises(AnsibleActionFail, match=r"dataset 'ds': no space report from target n1: it is unreachable"):
+        action.run(task_vars={"groups": {}})
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"targets": ["n0"], "plan_dir": "/p"}, "shard_plan needs datasets"),
+    ({"datasets": [], "targets": [], "plan_dir": "/p"}, "targets (a non-empty list of hosts)"),
+    ({"datasets": [], "targets": ["n0"], "plan_dir": "/p", "reports": ["n0"]}, "reports must be a dict"),
+    ({"datasets": [], "targets": ["n0"], "plan_dir": "/p", "reports": {"n0": {"ranks": {"set": 0}}}},
+     "node 'n0': shard_staging_ranks_per_node is 0"),
+])
+def test_arguments_it_cannot_use_fail_the_task(args, message):
+    with pytest.raises(AnsibleActionFail, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_action(args).run(task_vars={"groups": {}})
