@@ -13,4 +13,3 @@ def byte_count(value, what, meaning):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ShardPlanError(f"{what} is {value!r}; it must be a whole number of bytes ({meaning})")
     return value
-

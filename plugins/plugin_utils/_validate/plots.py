@@ -205,7 +205,7 @@ def draw_datasets(figure, rows):
         nodes = list(row["nodes"])
         xs = list(range(len(nodes)))
         scale, unit = byte_unit(max([1] + [value for counts in row["nodes"].values() for value in
-                                            (counts["planned_bytes"], counts["present_bytes"])]))
+                                           (counts["planned_bytes"], counts["present_bytes"])]))
         with_ranks = all("rank_bytes" in row["nodes"][node] for node in nodes)
         columns = panel.subplots(1, 3 if with_ranks else 2)
         if with_ranks:

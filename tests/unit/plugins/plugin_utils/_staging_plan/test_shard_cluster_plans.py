@@ -104,4 +104,3 @@ def test_the_nodes_of_a_replicated_plan_share_one_rank_split_and_one_list():
     assert sorted({entry["rank"] for entry in held["n0"]}) == [0, 1]
     assert plan["nodes"]["n0"]["rank_bytes"] == plan["nodes"]["n4"]["rank_bytes"]
     assert plan["nodes"]["n0"]["rank_bytes"] is not plan["nodes"]["n4"]["rank_bytes"]
-

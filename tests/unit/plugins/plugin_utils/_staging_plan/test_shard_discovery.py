@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Learning a dataset's shards on the controller: the index, HEAD requests for the sizes it lacks, credentials, proxies."""
 import hashlib
+import time
 
 import pytest
-import time
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.discovery import learn_shards, probe_size
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError
@@ -87,4 +87,3 @@ def test_the_first_failed_head_request_stops_the_others(shard_server):
     with pytest.raises(ShardPlanError, match=r"d-000\.tar: HEAD request failed"):
         learn_shards({"name": "d", "source": shard_server.url("d-{000..599}.tar")}, timeout=5)
     assert len(shard_server.requests()) < 600 // 2
-

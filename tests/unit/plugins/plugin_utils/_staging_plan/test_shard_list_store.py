@@ -47,4 +47,3 @@ def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kep
     assert left == new | again
     assert prune_lists(str(tmp_path), new, now=time.time() + LIST_KEEP_SECONDS + 1) == len(again)
     assert {str(path) for path in (tmp_path / "lists").iterdir()} == new
-

@@ -28,7 +28,6 @@ def test_the_reserve_comes_off_free_plus_ours_whatever_a_run_left(free, ours, re
         assert moved["free_bytes"] + moved["ours_bytes"] == expected["free_bytes"] + expected["ours_bytes"]
 
 
-
 @pytest.mark.parametrize("read, expected", [
     ({"set": 4, "gpus": 8, "gpu_group": True}, {"ranks": 4, "ranks_from": "shard_staging_ranks_per_node"}),
     ({"set": None, "gpus": 8, "gpu_group": True}, {"ranks": 8, "ranks_from": "nvidia_gpu_facts"}),
