@@ -61,11 +61,12 @@ def _sources():
 
 
 def _action():
-    """The shard_plan action plugin (imports ansible, as the role's controller does)."""
+    """The shard_plan action's planner (imports ansible, as the role's controller does)."""
     _planner()
-    from ansible_collections.dlinfra.gpu_cluster.plugins.action import shard_plan  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan import cluster_plans
 
-    return shard_plan
+    return cluster_plans
 
 
 def _nodes(count, terabytes=(30, 31, 32)):
@@ -187,11 +188,11 @@ def _through_ansible(host_count, shard_count, rounds):
         (work / "index.json").write_text(json.dumps(index))
         hosts = {}
         for number, (host, info) in enumerate(_nodes(host_count).items()):
-            hosts[host] = {"__shard_staging_room": {"reserve_bytes": 0, "results": [
+            hosts[host] = {"__shard_staging_report": {"room": {"reserve_bytes": 0, "results": [
                 {"item": {"name": "yt8m"}, "free_bytes": info["free_bytes"], "held_bytes": 0, "ours_bytes": 0,
                  "total_bytes": info["free_bytes"]}]},
-                "__shard_staging_ranks": {"set": 8, "gpus": None, "gpu_group": False},
-                "__shard_staging_peer_endpoint": {"address": f"10.1.{number // 250}.{number % 250 + 1}", "port": 8473}}
+                "ranks": {"set": 8, "gpus": None, "gpu_group": False},
+                "peer_endpoint": {"address": f"10.1.{number // 250}.{number % 250 + 1}", "port": 8473}}}
         inventory = {"all": {"vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                                       "shard_staging_plan_dir": str(work / "plans"),
                                       "shard_staging_datasets": [{"name": "yt8m", "mode": "partition", "replicas": 2,

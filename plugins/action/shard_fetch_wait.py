@@ -26,25 +26,15 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME, parse_progress
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 
 display = Display()
 
 # async bookkeeping that is not part of what the fetch reported
 _BOOKKEEPING = ("ansible_job_id", "results_file", "started", "finished", "erased", "stdout", "stderr", "stdout_lines", "stderr_lines")
-_UNITS = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
 
 
 # -- formatting ------------------------------------------------------------------------------------
-
-def human_bytes(count):
-    """1234567 -> '1.2 MB' (decimal units, as disks and links are sold)."""
-    value = float(count or 0)
-    for unit in _UNITS:
-        if abs(value) < 1000 or unit == _UNITS[-1]:
-            return "%d B" % value if unit == "B" else "%.1f %s" % (value, unit)
-        value /= 1000
-    return "%d B" % count  # pragma: no cover
-
 
 def human_duration(seconds):
     """Seconds as the two largest units: '45s', '3m 20s', '2h 10m', '3d 4h'."""
@@ -84,7 +74,7 @@ def _name(who, label):
 
 
 def progress_line(host, label, progress):
-    """'gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m' (and ', 3 failed' when some did)."""
+    """'gpu1 yt8m: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m' (and ', 3 failed' when some did)."""
     parts = _amounts(progress)
     if progress.get("phase") == "finishing":
         parts.append("transfers done, finishing")
@@ -119,7 +109,7 @@ def total_line(label, entries, hosts):
 
 
 def summary_line(host, label, result):
-    """'gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 9.8 TB at 1.1 GB/s'."""
+    """'gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 8.9 TiB at 1.0 GiB/s'."""
     if "fetched" not in result:
         return None
     counts = "{0:,} fetched ({1:,} resumed), {2:,} confirmed, {3:,} removed, {4:,} failed".format(

@@ -8,7 +8,8 @@ From the environment: ``http_proxy`` for http:// URLs (lower case only, as curl 
 reached directly: ``*`` for every host, a name for itself and every name under it (a leading dot is
 ignored), an IP address, or an IP network in CIDR notation; ports are not compared. An explicit proxy (the
 dataset's ``proxy``) replaces the environment's proxy variables, ``""`` meaning none; ``no_proxy`` still applies.
-The planner on the controller, the source_reachable module and the engine on the nodes use this module.
+The planner's client on the controller (plugin_utils/_common/http_client.py), the source_reachable module and the
+engine's client on the nodes (_staging/http.py) use this module, each through ``Proxies.for_url``.
 """
 
 import base64
@@ -70,6 +71,11 @@ class Proxies(object):
             http = https = proxy.strip() or None
         self.by_scheme = {"http": Proxy(http) if http else None, "https": Proxy(https) if https else None}
         self.no_proxy = [entry for entry in (_environment(environ, "no_proxy", "NO_PROXY") or "").replace(" ", ",").split(",") if entry]
+
+    def for_url(self, url):
+        """The Proxy a request to ``url`` goes through, or None to connect directly: the one place the rules apply."""
+        parts = urlsplit(url)
+        return self.for_origin(parts.scheme, parts.hostname or "")
 
     def for_origin(self, scheme, host):
         """The Proxy to reach scheme://host through, or None to connect directly."""

@@ -257,7 +257,7 @@ EXAMPLES = r"""
     concurrency: 16
     bandwidth_limit: 500000000
     prune: true
-  register: __shard_staging_fetch
+  register: staged
 
 - name: Re-hash everything that is staged and repair what is damaged
   dlinfra.gpu_cluster.shard_fetch:

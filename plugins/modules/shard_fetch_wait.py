@@ -14,10 +14,10 @@ description:
     task's own (failed when the fetch failed). Unlike a C(until) loop over C(async_status) it prints no line per look.
   - "With O(dest) and O(progress_id) it shows, every O(progress_interval) seconds and without C(-v), one line per node from
     the progress file the fetch keeps in O(dest) (shards and bytes done of the run's total, the current rate, an ETA), for
-    example C(gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m), and one line for all of O(hosts);
+    example C(gpu1 yt8m: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m), and one line for all of O(hosts);
     a file another run left (its id is not O(progress_id)) is never shown."
   - "When the job ends it prints one summary line per node, for example
-    C(gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 9.8 TB at 1.1 GB/s)."
+    C(gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, 0 removed, 0 failed, 8.9 TiB at 1.0 GiB/s)."
   - Meant to be used through the P(dlinfra.gpu_cluster.shard_staging#role) role.
 author:
   - dlinfra.gpu_cluster maintainers (@dlinfra)

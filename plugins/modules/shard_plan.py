@@ -10,7 +10,7 @@ version_added: 0.1.0
 description:
   - Runs on the controller (an action plugin; this file only documents it), once for all targets.
   - Expands each dataset's source patterns, learns shard sizes and sha256 from its index or sizes from HEAD
-    requests, reads each target's room from what the shard_staging role's probe left in its host variables,
+    requests, takes each target's room from O(reports) (what the shard_staging role's probe found there),
     chooses replicate or partition mode, places partitioned shards by weighted rendezvous hashing, and compares
     the result with the previous plan.
   - Prints the plan's summary, one line per dataset (also returned as RV(msg)), on every run, as the fetch's progress
@@ -38,10 +38,24 @@ options:
     elements: dict
     required: true
   targets:
-    description: The hosts to plan for; each must carry the role's room report (C(__shard_staging_room)).
+    description: The hosts to plan for, in inventory order; each needs its report in O(reports).
     type: list
     elements: str
     required: true
+  reports:
+    description:
+      - Per target (its name as the key), what the role's probe found on it, in three parts.
+      - >-
+        V(room), its room report: V(reserve_bytes), the bytes to leave free; V(results), its
+        M(dlinfra.gpu_cluster.shard_space) results, one per dataset; V(plan_dir), the host's C(shard_staging_plan_dir).
+      - >-
+        V(peer_endpoint), where it serves its shards to the others in a peer-assisted plan: V(address) and V(port).
+      - >-
+        V(ranks), its training ranks as read: V(set), C(shard_staging_ranks_per_node); V(gpus), the GPU count of its
+        M(dlinfra.gpu_cluster.nvidia_gpu_facts) or null; V(gpu_group), whether it is in C(shard_staging_gpu_group).
+      - A target without a report (unreachable, or failed earlier) has no room, and planning a dataset on it fails naming it.
+    type: dict
+    default: {}
   plan_dir:
     description:
       - Controller directory for plans and node lists, where a cluster's first target's room report names none (the
@@ -66,6 +80,10 @@ EXAMPLES = r"""
   dlinfra.gpu_cluster.shard_plan:
     datasets: "{{ shard_staging_datasets }}"
     targets: "{{ shard_staging_targets }}"
+    # Each target's report, here a fact staging_report ({"room", "peer_endpoint", "ranks"}) an earlier task set on it.
+    reports: >-
+      {{ dict(shard_staging_targets | zip(shard_staging_targets | map('extract', hostvars)
+      | map(attribute='staging_report', default={}))) }}
     cluster_group_pattern: "^cluster_"
     plan_dir: "{{ shard_staging_plan_dir }}"
   run_once: true

@@ -98,18 +98,21 @@ sources:
 
 import os
 import re
-import socket
-from urllib.parse import urlsplit
+import ssl
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
-from ansible.module_utils.urls import open_url
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import PermanentError, TransientError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.http import Connections, open_url
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.proxy_rules import Proxies, ProxyError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 APT_PROXY = re.compile(r'^Acquire::(https?)::Proxy "([^"]*)";$')
+# The environment's proxy variables, as proxy_rules reads them.
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
+USER_AGENT = "dlinfra.gpu_cluster-source_reachable/1"
+# A HEAD refused with one of these is asked again with GET.
+_NO_HEAD = (403, 405, 501)
 
 
 def apt_proxies(dump):
@@ -127,38 +130,33 @@ def chosen_proxy(url, setting=None):
     """(the proxy URL a request to url goes through, '' for none; an error, '' for none). setting None: the environment's
     proxy variables; else that proxy ('' for none). Decided as the staging engine decides it, the way curl does
     (module_utils/proxy_rules.py): no_proxy applies either way."""
-    parts = urlsplit(url)
     try:
-        proxy = Proxies(setting, os.environ).for_origin(parts.scheme, parts.hostname or "")
+        proxy = Proxies(setting, os.environ).for_url(url)
     except ProxyError as error:
         return "", str(error)
     return (proxy.address if proxy else ""), ""
 
 
-def ask(url, timeout, proxy, opener=open_url):
-    """(status, error) of a HEAD to url through proxy ('' for none), a GET where the server refuses HEAD."""
-    saved = {name: os.environ.pop(name) for name in PROXY_VARIABLES if name in os.environ}
-    if proxy:
-        os.environ[url.partition(":")[0].lower() + "_proxy"] = proxy
+def ask(url, timeout, proxy):
+    """(status, error) of a HEAD to url through proxy ('' for none), a GET whose body is not read where the server
+    refuses HEAD; redirects followed. Asked with the nodes' HTTP client (module_utils/_staging/http.py)."""
+    # The proxy chosen_proxy chose, for the redirects too: an environment of none but it.
+    conns = Connections(timeout, ssl.create_default_context, Proxies(proxy, environ={}))
     try:
         for method in ("HEAD", "GET"):
             try:
-                response = opener(url, method=method, timeout=timeout, follow_redirects="all", use_proxy=bool(proxy))
-                response.close()  # a GET's body is not read
-                return response.getcode() or 200, ""
-            except HTTPError as error:
-                if method == "HEAD" and error.code in (403, 405, 501):
-                    continue
-                return error.code, "it answered HTTP %d %s" % (error.code, error.reason)
-            except (URLError, socket.timeout, OSError, ValueError) as error:
-                reason = getattr(error, "reason", error)
-                if isinstance(reason, socket.timeout) or "timed out" in str(reason):
-                    return 0, "no answer within %d s (%s)" % (timeout, reason)
-                return 0, str(reason)
+                response, _origin = open_url(url, {"User-Agent": USER_AGENT}, conns, method=method)
+            except (TransientError, PermanentError) as error:
+                if str(error) == "timed out":
+                    return 0, "no answer within %d s (%s)" % (timeout, error)
+                return 0, str(error)
+            if 200 <= response.status < 300:
+                return response.status, ""
+            if method == "HEAD" and response.status in _NO_HEAD:
+                continue
+            return response.status, "it answered HTTP %d %s" % (response.status, response.reason)
     finally:
-        for name in PROXY_VARIABLES:
-            os.environ.pop(name, None)
-        os.environ.update(saved)
+        conns.close()
     return 0, "no answer"
 
 

@@ -1,6 +1,8 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The engine's HTTP/1.1 client: keep-alive connections, the responses' framings, redirects, and a shared rate limit.
+"""The nodes' HTTP/1.1 client: keep-alive connections, the responses' framings, redirects, and a shared rate limit. The
+engine fetches with it, and every module that asks a server from the node (source_reachable's ``ask``); each request
+takes its proxy from proxy_rules (``Connections.get``: the one place the rules apply on the node).
 
 http.client parses every response's headers with the email package and wraps the socket in new file objects per
 response: that costs more CPU than the rest of a small shard's transfer. This is the part of HTTP/1.1 that fetching
@@ -161,6 +163,7 @@ class HttpConnection(object):
         self.host_header = name if port == (443 if scheme == "https" else 80) else self.authority
         self.sock = None
         self.pending = b""            # received bytes not handed out yet
+        self.method = "GET"           # of the request sent last: a response to HEAD has no body
 
     def close(self):
         if self.sock is not None:
@@ -168,12 +171,14 @@ class HttpConnection(object):
             self.sock = None
         self.pending = b""
 
-    def request(self, target, headers):
+    def request(self, target, headers, method="GET"):
         if self.sock is None:
             self._connect()
-        lines = ["GET %s HTTP/1.1" % target, "Host: " + self.host_header]
+        self.method = method
+        lines = ["%s %s HTTP/1.1" % (method, target), "Host: " + self.host_header]
         if self.proxy is not None and self.scheme == "http":
-            lines[0] = "GET http://%s%s HTTP/1.1" % (self.authority, target)
+            # The absolute form, its port left out where it is the scheme's, as the Host header has it.
+            lines[0] = "%s http://%s%s HTTP/1.1" % (method, self.host_header, target)
             if self.proxy.authorization:
                 lines.append("Proxy-Authorization: " + self.proxy.authorization)
         lines.extend("%s: %s" % item for item in headers.items())
@@ -242,7 +247,7 @@ class HttpConnection(object):
         will_close = "close" in connection or (version == "HTTP/1.0" and "keep-alive" not in connection)
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = None
-        if status in (204, 304):
+        if status in (204, 304) or self.method == "HEAD":
             length = 0
         elif not chunked and "content-length" in headers:
             value = headers["content-length"].split(",")[0].strip()
@@ -331,8 +336,8 @@ class Connections(object):
             self.drop(origin)
 
 
-def open_url(url, headers, conns, credentials=None, direct=False):
-    """Send a GET, following redirects; return (response, origin) with the body unread.
+def open_url(url, headers, conns, credentials=None, direct=False, method="GET"):
+    """Send a GET (or ``method``: HEAD), following redirects; return (response, origin) with the body unread.
 
     ``credentials`` (headers such as Authorization) and the URL's own user info (as Basic authentication, unless
     credentials hold an Authorization) go to the URL's origin only: a redirect to another origin drops them, as curl
@@ -359,7 +364,7 @@ def open_url(url, headers, conns, credentials=None, direct=False):
             if parts.username is not None and "Authorization" not in secrets:
                 secrets["Authorization"] = basic_authorization(unquote(parts.username), unquote(parts.password or ""))
         sent = dict(headers, **secrets) if secrets and origin == first_origin else headers
-        response = _send(conns, origin, target, sent)
+        response = _send(conns, origin, target, sent, method)
         location = response.getheader("Location")
         if response.status not in _REDIRECTS or not location:
             return response, origin
@@ -371,11 +376,11 @@ def open_url(url, headers, conns, credentials=None, direct=False):
         url = urljoin(url, location)
 
 
-def _send(conns, origin, target, headers):
+def _send(conns, origin, target, headers, method="GET"):
     while True:
         conn, reused = conns.get(origin)
         try:
-            conn.request(target, headers)
+            conn.request(target, headers, method)
             return conn.getresponse()
         except (Disconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError) as exc:
             conns.drop(origin)

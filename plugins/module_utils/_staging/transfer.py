@@ -36,18 +36,10 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.lock 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.peer import PeerServer, PeerSources, peer_settings
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.progress import PROGRESS_NAME
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.workers import FetchingMixin
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.url_credentials import redact_url
 
 MIB = 1 << 20
-
-
-def _human(nbytes):
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return "%.1f %s" % (value, unit) if unit != "B" else "%d B" % nbytes
-        value /= 1024
-    return "%d B" % nbytes
 
 
 class _Run(FetchingMixin):
@@ -205,7 +197,7 @@ class _Run(FetchingMixin):
             raise StagingError(
                 "not enough free space for %s: %d shards need %d bytes (%s) but only %d bytes (%s) are free on its filesystem; "
                 "short by %d bytes (%s). Free space there or assign fewer shards to this node"
-                % (self.dest, count, needed, _human(needed), free, _human(free), needed - free, _human(needed - free)))
+                % (self.dest, count, needed, human_bytes(needed), free, human_bytes(free), needed - free, human_bytes(needed - free)))
         if unknown:
             self.warnings.append("%d shards have no size; the free-space check could not count them" % unknown)
         self.needed = needed

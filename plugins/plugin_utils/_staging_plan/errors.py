@@ -1,6 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The error every stage of the shard_staging planner raises, and the byte figures its messages share."""
+"""The error every stage of the shard_staging planner raises, and the check of the byte counts it is given (its messages
+write byte counts with module_utils/byte_units.py)."""
 
 
 class ShardPlanError(Exception):
@@ -12,14 +13,3 @@ def byte_count(value, what, meaning):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ShardPlanError(f"{what} is {value!r}; it must be a whole number of bytes ({meaning})")
     return value
-
-
-def human(count):
-    if count < 1024:
-        return f"{count} B"
-    value = float(count)
-    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        value /= 1024
-        if value < 1024:
-            break
-    return f"{value:.1f} {unit}"

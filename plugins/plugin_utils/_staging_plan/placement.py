@@ -39,7 +39,8 @@ import hashlib
 import heapq
 import math
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError, byte_count, human
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError, byte_count
 
 # Ring points per training rank: 8 ranks x 1,000 nodes make 128,000 points (0.2 s to hash).
 VNODES_PER_RANK = 16
@@ -104,10 +105,10 @@ def choose_mode(dataset, mode, total_bytes, capacities, replicas, allow_stream=F
     too_small = {host: capacity for host, capacity in sorted(capacities.items()) if capacity < total_bytes}
     if mode == "replicate" or (mode == "auto" and not too_small):
         if too_small:
-            shortfalls = ", ".join(f"{host} short by {human(total_bytes - capacity)} ({total_bytes - capacity} bytes)"
+            shortfalls = ", ".join(f"{host} short by {human_bytes(total_bytes - capacity)} ({total_bytes - capacity} bytes)"
                                    for host, capacity in too_small.items())
             raise ShardPlanError(
-                f"dataset {dataset!r} ({human(total_bytes)}) cannot be replicated: {shortfalls}. "
+                f"dataset {dataset!r} ({human_bytes(total_bytes)}) cannot be replicated: {shortfalls}. "
                 "Free space under dest, lower headroom, or set mode to partition / auto"
             )
         return "replicate"
@@ -117,8 +118,8 @@ def choose_mode(dataset, mode, total_bytes, capacities, replicas, allow_stream=F
         return "stream"
     if needed > usable:
         raise ShardPlanError(
-            f"dataset {dataset!r} does not fit on the nodes: {replicas} replica(s) of {human(total_bytes)} need {human(needed)} "
-            f"but the {len(capacities)} node(s) have {human(usable)} usable; {human(needed - usable)} ({needed - usable} bytes) "
+            f"dataset {dataset!r} does not fit on the nodes: {replicas} replica(s) of {human_bytes(total_bytes)} need {human_bytes(needed)} "
+            f"but the {len(capacities)} node(s) have {human_bytes(usable)} usable; {human_bytes(needed - usable)} ({needed - usable} bytes) "
             "are missing. Stream it from distributed storage instead (e.g. WebDataset reading straight from the HTTP / AIStore "
             "source; allow_stream: true makes mode auto plan that), or add disks or nodes, or lower replicas or headroom"
         )
@@ -132,12 +133,12 @@ def mode_reason(mode, requested, total_bytes, capacities, replicas):
     smallest = min(capacities.values()) if capacities else 0
     usable = sum(capacities.values())
     if mode == "replicate":
-        return f"{human(total_bytes)} fits on every node (smallest has {human(smallest)} usable)"
+        return f"{human_bytes(total_bytes)} fits on every node (smallest has {human_bytes(smallest)} usable)"
     if mode == "partition":
-        return (f"{human(total_bytes)} does not fit on every node (smallest has {human(smallest)} usable) but {replicas} "
-                f"cop{'y' if replicas == 1 else 'ies'} fit across the {len(capacities)} nodes ({human(usable)} usable)")
-    return (f"{human(total_bytes)} fits neither on one node nor {replicas} cop{'y' if replicas == 1 else 'ies'} across the "
-            f"{len(capacities)} nodes ({human(usable)} usable), and allow_stream is true")
+        return (f"{human_bytes(total_bytes)} does not fit on every node (smallest has {human_bytes(smallest)} usable) but {replicas} "
+                f"cop{'y' if replicas == 1 else 'ies'} fit across the {len(capacities)} nodes ({human_bytes(usable)} usable)")
+    return (f"{human_bytes(total_bytes)} fits neither on one node nor {replicas} cop{'y' if replicas == 1 else 'ies'} across the "
+            f"{len(capacities)} nodes ({human_bytes(usable)} usable), and allow_stream is true")
 
 
 def stream_cache(assignment, sizes, capacities, fraction):
@@ -256,7 +257,7 @@ def place_shards(sizes, ranks, limits, copies, previous=None):
     placer.keep_order(previous or {})
     for name in sorted(placer.missing()):
         raise ShardPlanError(
-            f"shard {name!r} ({human(sizes[name])}) cannot get {copies} copies: only {len(placer.assignment[name])} node(s) "
+            f"shard {name!r} ({human_bytes(sizes[name])}) cannot get {copies} copies: only {len(placer.assignment[name])} node(s) "
             "still have room for it. Free space on the nodes, lower replicas or headroom, or stream the dataset instead")
     return placer.assignment, placer.shares, placer.capped
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.placement import (
     choose_mode, mode_reason, node_capacity, node_ranks, node_room, place_shards, split_ranks, stream_cache)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError, byte_count, human
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError, byte_count
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.world import add_world
 
 MODES = ("auto", "replicate", "partition", "stream")
@@ -433,14 +434,14 @@ def summarize(plan):
         cached = plan.get("cached") or []
         copies = f"each node streams its share, {len(cached)} shard(s) cached locally"
     transfer = plan.get("transfer") or {}
-    between = (f": {human(transfer['source_bytes'])} from the source, {human(transfer['peer_bytes'])} between peers"
+    between = (f": {human_bytes(transfer['source_bytes'])} from the source, {human_bytes(transfer['peer_bytes'])} between peers"
                if transfer.get("peer_assist") and changes["fetch_bytes"] else "")
     return (
-        f"dataset {plan['dataset']}: {plan['mode']} ({copies}), {plan['shard_count']} shards, {human(plan['total_bytes'])} "
-        f"({human(plan['stored_bytes'])} stored) on {len(nodes)} node{'' if len(nodes) == 1 else 's'}, "
+        f"dataset {plan['dataset']}: {plan['mode']} ({copies}), {plan['shard_count']} shards, {human_bytes(plan['total_bytes'])} "
+        f"({human_bytes(plan['stored_bytes'])} stored) on {len(nodes)} node{'' if len(nodes) == 1 else 's'}, "
         f"fullest {fullest} at {fullest_share:.1%} of usable space; "
-        f"fetch {changes['fetch_copies']} copies ({human(changes['fetch_bytes'])}{between}), "
-        f"remove {changes['remove_copies']} copies ({human(changes['remove_bytes'])}); {plan['mode']} because "
+        f"fetch {changes['fetch_copies']} copies ({human_bytes(changes['fetch_bytes'])}{between}), "
+        f"remove {changes['remove_copies']} copies ({human_bytes(changes['remove_bytes'])}); {plan['mode']} because "
         f"{plan.get('mode_reason') or 'an earlier plan chose it'}{balance_words(plan)}"
     )
 
@@ -451,7 +452,7 @@ def balance_words(plan):
         return ""
     nodes = plan["nodes"]
     origins = sorted({info.get("ranks_from", "default") for info in nodes.values()})
-    capped = [f"{host} at {human(info['bytes'] + info['streamed_bytes'])} (fair {human(round(info['fair_bytes']))} "
+    capped = [f"{host} at {human_bytes(info['bytes'] + info['streamed_bytes'])} (fair {human_bytes(round(info['fair_bytes']))} "
               "by ranks, capped by its space)" for host, info in sorted(nodes.items()) if info.get("capped")]
     words = (f"; balance {plan['balance']:.3f} (max / average bytes per rank; {sum(info['ranks'] for info in nodes.values())} "
              f"ranks from {', '.join(origins)}; ranks split by {plan.get('rank_split_by', 'bytes')})")

@@ -18,7 +18,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate impo
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.driver import driver_checks, installed_driver, node_driver
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.result import (
     check, consistency, ran, version_matches, versions_in_names)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import human
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import monitoring as validate_monitoring
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
@@ -262,7 +262,7 @@ def storage_checks(raw):
     percent = 100.0 * free / size if size else 0.0
     floor = expected["storage_min_free_percent"]
     checks = [check(names[0], "pass" if percent >= floor else "fail",
-                    "%.1f%% free of %d GiB" % (percent, size >> 30) if percent >= floor else
+                    "%.1f%% free of %s" % (percent, human_bytes(size)) if percent >= floor else
                     "only %.1f%% free on %s; free space or lower the datasets' footprint" % (percent, expected["storage_path"]),
                     ">= %g%% free" % floor, "%.1f%% free" % percent)]
     if not raw.get("fio_installed"):
@@ -346,12 +346,12 @@ def dataset_balance_check(host, name, plan, limit):
     ratio = round(per_rank / average, 4) if average else 1.0
     expected = "<= %g x the average" % limit
     if ratio <= limit:
-        return check(check_id, "pass", "%s per rank over %d rank(s), %.3f x the average" % (human(int(per_rank)), info["ranks"], ratio),
+        return check(check_id, "pass", "%s per rank over %d rank(s), %.3f x the average" % (human_bytes(int(per_rank)), info["ranks"], ratio),
                      expected, "%.3f" % ratio)
     capped = " It is capped by its free space: free space under dest, or lower the dataset's headroom." if info.get("capped") else ""
     return check(check_id, "fail", "%s per rank over %d rank(s) is %.3f x the average (validate_dataset_balance_max %g): every "
                  "epoch waits for this node. Its share follows shard_staging_ranks_per_node (else its GPU count); run site.yml "
-                 "(shard_staging) to plan again.%s" % (human(int(per_rank)), info["ranks"], ratio, limit, capped),
+                 "(shard_staging) to plan again.%s" % (human_bytes(int(per_rank)), info["ranks"], ratio, limit, capped),
                  expected, "%.3f" % ratio)
 
 

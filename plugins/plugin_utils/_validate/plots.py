@@ -14,6 +14,8 @@ import io
 import re
 import textwrap
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import byte_unit, human_bytes
+
 PASS, FAIL, SKIP = "#2da44e", "#cf222e", "#8c959f"
 STATUS_COLOURS = {"pass": PASS, "fail": FAIL, "skip": SKIP}
 FLOOR = "#6e2b8f"
@@ -188,21 +190,6 @@ def draw_gpus(figure, rows):
     _legend_outside(axes, title="model")
 
 
-def human_bytes(value):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return ("%d %s" if unit == "B" else "%.1f %s") % (value, unit)
-        value /= 1024.0
-    return None
-
-
-def _byte_unit(largest):
-    for power, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB")):
-        if largest < 1024 ** (power + 1) or unit == "TiB":
-            return 1024 ** power, unit
-    return None
-
-
 def draw_datasets(figure, rows):
     if not rows:
         axes = figure.add_subplot()
@@ -217,8 +204,8 @@ def draw_datasets(figure, rows):
             human_bytes(row["total_bytes"])), fontsize=10)
         nodes = list(row["nodes"])
         xs = list(range(len(nodes)))
-        scale, unit = _byte_unit(max([1] + [value for counts in row["nodes"].values() for value in
-                                            (counts["planned_bytes"], counts["present_bytes"])]))
+        scale, unit = byte_unit(max([1] + [value for counts in row["nodes"].values() for value in
+                                           (counts["planned_bytes"], counts["present_bytes"])]))
         with_ranks = all("rank_bytes" in row["nodes"][node] for node in nodes)
         columns = panel.subplots(1, 3 if with_ranks else 2)
         if with_ranks:

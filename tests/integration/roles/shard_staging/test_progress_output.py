@@ -36,9 +36,9 @@ POLL = 1
 SLACK_LOOKS = 3
 PLAY_TIMEOUT_S = 600  # a safety net only: the play takes about 25 s
 PREPARING = "preparing (reading dest and the journal, planning the transfers)"
-PROGRESS = re.compile(r"^(n[01]) ds: (\d+)/(\d+) shards, ([\d.]+ [kMG]?B)/([\d.]+ [kMG]?B), ([\d.]+ [kMG]?B)/s, ETA (.+)$")
+PROGRESS = re.compile(r"^(n[01]) ds: (\d+)/(\d+) shards, ([\d.]+ (?:[KMG]i)?B)/([\d.]+ (?:[KMG]i)?B), ([\d.]+ (?:[KMG]i)?B)/s, ETA (.+)$")
 SUMMARY = re.compile(r"^(n[01]) ds: done in \S+( \S+)?, (\d+) fetched \((\d+) resumed\), (\d+) confirmed, (\d+) removed, (\d+) failed, "
-                     r"([\d.]+ [kMG]?B) at ([\d.]+ [kMG]?B)/s$")
+                     r"([\d.]+ (?:[KMG]i)?B) at ([\d.]+ (?:[KMG]i)?B)/s$")
 DONE_IN = re.compile(r" done in (\d+[smhd])(?: (\d+[smhd]))?, ")
 DURATION = re.compile(r"^(\d+s|\d+m \d\ds|\d+h \d\dm)$")  # human_duration's forms
 COMPLETE_TOTAL = "(2 nodes reporting, 0 done)"
@@ -92,14 +92,14 @@ class _Seen(object):
 
 
 def _grows_with_an_eta(shown):
-    done = [(int(groups[1]), megabytes(groups[3])) for groups in shown]
+    done = [(int(groups[1]), mebibytes(groups[3])) for groups in shown]
     etas = [groups[6] for groups in shown if groups[6] != "unknown"]
-    return len(shown) >= 2 and done[-1] > done[0] and len(etas) >= 2 and any(megabytes(groups[5]) > 0 for groups in shown)
+    return len(shown) >= 2 and done[-1] > done[0] and len(etas) >= 2 and any(mebibytes(groups[5]) > 0 for groups in shown)
 
 
-def megabytes(text):
+def mebibytes(text):
     value, unit = text.split()
-    return float(value) * {"B": 1e-6, "kB": 1e-3, "MB": 1, "GB": 1e3}[unit]
+    return float(value) * {"B": 1 / 1024 ** 2, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[unit]
 
 
 def seconds(summary_line):
@@ -155,13 +155,13 @@ def test_a_slow_store_shows_growing_progress_with_an_eta_then_a_summary(tmp_path
     for node in ("n0", "n1"):
         shown = [PROGRESS.match(line).groups() for line in lines if line.startswith(node + " ds: ") and PROGRESS.match(line)]
         assert _grows_with_an_eta(shown), output
-        done = [(int(groups[1]), megabytes(groups[3])) for groups in shown]
-        assert all(groups[2] == str(PER_NODE) and groups[4] == "2.1 MB" for groups in shown), output
+        done = [(int(groups[1]), mebibytes(groups[3])) for groups in shown]
+        assert all(groups[2] == str(PER_NODE) and groups[4] == "2.0 MiB" for groups in shown), output
         assert done == sorted(done), output
         assert all(DURATION.match(groups[6]) for groups in shown if groups[6] != "unknown"), output
         summary = [line for line in lines if SUMMARY.match(line) and line.startswith(node + " ")]
         assert len(summary) == 1, output
-        assert SUMMARY.match(summary[0]).groups()[2:8] == ("4", "0", "0", "0", "0", "2.1 MB"), output
+        assert SUMMARY.match(summary[0]).groups()[2:8] == ("4", "0", "0", "0", "0", "2.0 MiB"), output
         # At the promised interval, not once per poll: the wait shows something (a progress line, or a placeholder before
         # the engine's first progress file) at most every INTERVAL seconds, and it lasts the engine's run (the summary's
         # elapsed time) and a little more.
@@ -172,7 +172,7 @@ def test_a_slow_store_shows_growing_progress_with_an_eta_then_a_summary(tmp_path
     # cluster, not once per node, is the board's rule, tested with explicit times beside the action's other tests.)
     totals = [line for line in lines if line.startswith("all ds: ")]
     complete = [line for line in totals if line.endswith(COMPLETE_TOTAL)]
-    assert complete and all(re.search(r": \d/8 shards, [\d.]+ [kM]?B/4\.2 MB, [\d.]+ [kM]?B/s, ETA ", line) for line in complete), output
+    assert complete and all(re.search(r": \d/8 shards, [\d.]+ (?:[KM]i)?B/4\.0 MiB, [\d.]+ (?:[KM]i)?B/s, ETA ", line) for line in complete), output
     assert "retrying" not in output.lower()
     # The nodes' progress files and the controller's board are gone with the run.
     assert not list(tmp_path.glob("n*/ds/.shard_fetch.progress*"))

@@ -24,8 +24,9 @@ RUNNING = dict(phase="transfer", shards_done=1234, shards_total=10000, bytes_don
                rate=1.1 * 10 ** 9, failed=0)
 
 
-@pytest.mark.parametrize("count, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (524288, "524.3 kB"), (2097152, "2.1 MB"),
-                                         (int(1.2 * TB), "1.2 TB"), (None, "0 B")])
+# The collection's one byte formatter (module_utils/byte_units.py): binary units, as the plan summary of the same run.
+@pytest.mark.parametrize("count, text", [(0, "0 B"), (999, "999 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (524288, "512.0 KiB"),
+                                         (2097152, "2.0 MiB"), (int(1.2 * TB), "1.1 TiB"), (None, "0 B")])
 def test_human_bytes(count, text):
     assert human_bytes(count) == text
 
@@ -37,14 +38,14 @@ def test_human_duration(seconds, text):
 
 
 def test_a_progress_line_has_shards_bytes_rate_and_eta():
-    assert progress_line("gpu1", "yt8m", RUNNING) == "gpu1 yt8m: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"
+    assert progress_line("gpu1", "yt8m", RUNNING) == "gpu1 yt8m: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m"
 
 
 @pytest.mark.parametrize("change, tail", [
     (dict(rate=0), "0 B/s, ETA unknown"),
-    (dict(failed=3), "1.1 GB/s, ETA 2h 10m, 3 failed"),
-    (dict(phase="finishing", bytes_done=int(9.8 * TB)), "9.8 TB/9.8 TB, transfers done, finishing"),
-    (dict(bytes_total=0, bytes_done=0), "1,234/10,000 shards, 0 B, 1.1 GB/s, ETA unknown"),
+    (dict(failed=3), "1.0 GiB/s, ETA 2h 10m, 3 failed"),
+    (dict(phase="finishing", bytes_done=int(9.8 * TB)), "8.9 TiB/8.9 TiB, transfers done, finishing"),
+    (dict(bytes_total=0, bytes_done=0), "1,234/10,000 shards, 0 B, 1.0 GiB/s, ETA unknown"),
 ])
 def test_a_progress_line_says_what_it_cannot_tell(change, tail):
     assert progress_line("gpu1", "yt8m", dict(RUNNING, **change)).endswith(tail)
@@ -61,7 +62,7 @@ def test_the_total_sums_the_nodes_and_waits_for_the_slowest():
                "gpu2": dict(RUNNING, bytes_done=int(8.8 * TB), rate=10 ** 9, failed=2),
                "gpu3": final_progress(None, dict(fetched=9000, confirmed=1000, total=10000, fetched_bytes=int(9.8 * TB)))}
     line = total_line("yt8m", entries, 4)
-    assert line == ("all yt8m: 12,468/30,000 shards, 19.8 TB/29.4 TB, 2.1 GB/s, ETA 2h 10m, 2 failed "
+    assert line == ("all yt8m: 12,468/30,000 shards, 18.0 TiB/26.7 TiB, 2.0 GiB/s, ETA 2h 10m, 2 failed "
                     "(3 of 4 nodes reporting, 1 done)")
 
 
@@ -69,7 +70,7 @@ def test_the_summary_line_from_the_result():
     result = dict(fetched=1234, resumed=12, confirmed=8766, removed=0, failed_shards=[], elapsed=7800.0, fetched_bytes=int(9.8 * TB),
                   throughput=1.1 * 10 ** 9)
     assert summary_line("gpu1", "yt8m", result) == ("gpu1 yt8m: done in 2h 10m, 1,234 fetched (12 resumed), 8,766 confirmed, "
-                                                    "0 removed, 0 failed, 9.8 TB at 1.1 GB/s")
+                                                    "0 removed, 0 failed, 8.9 TiB at 1.0 GiB/s")
     assert summary_line("gpu1", "yt8m", dict(failed=True, msg="dest is not writable")) is None
 
 
@@ -218,8 +219,8 @@ def test_the_action_shows_progress_a_placeholder_and_the_summary_without_polling
 
     assert result["fetched"] == 4 and "ansible_job_id" not in result and looks[-1] == "cleanup"
     assert lines[0] == "gpu1 ds: preparing (reading dest and the journal, planning the transfers)"
-    assert lines[1] == "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"
-    assert lines[-1] == "gpu1 ds: done in 0s, 4 fetched (1 resumed), 0 confirmed, 0 removed, 0 failed, 2.0 MB at 10.0 MB/s"
+    assert lines[1] == "gpu1 ds: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m"
+    assert lines[-1] == "gpu1 ds: done in 0s, 4 fetched (1 resumed), 0 confirmed, 0 removed, 0 failed, 1.9 MiB at 9.5 MiB/s"
     # One node: no cluster total; the board is gone with the last node.
     assert not [line for line in lines if line.startswith("all ")]
     assert list(tmp_path.rglob("*.json")) == []
@@ -235,7 +236,7 @@ def test_a_node_whose_progress_file_went_at_its_end_shows_nothing_more(tmp_path,
     for _look in range(3):
         watch.show()
     assert lines == ["gpu1 ds: preparing (reading dest and the journal, planning the transfers)",
-                     "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"]
+                     "gpu1 ds: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m"]
 
 
 def test_the_action_without_a_progress_id_only_waits(monkeypatch):
@@ -329,5 +330,5 @@ def test_an_earlier_runs_fetch_is_shown_once_it_moves_then_this_runs_own(tmp_pat
     for _look in range(4):
         watch.show()
     assert lines == ["gpu1 ds: preparing (reading dest and the journal, planning the transfers)"] * 2 + [
-        "gpu1 ds: waiting for an earlier run's fetch, still at work here: 2,000/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m",
-        "gpu1 ds: 1,234/10,000 shards, 1.2 TB/9.8 TB, 1.1 GB/s, ETA 2h 10m"]
+        "gpu1 ds: waiting for an earlier run's fetch, still at work here: 2,000/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m",
+        "gpu1 ds: 1,234/10,000 shards, 1.1 TiB/8.9 TiB, 1.0 GiB/s, ETA 2h 10m"]

@@ -1,175 +1,20 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The shard_plan action: shard discovery on the controller, and the plan it writes through a real ansible-playbook run."""
-import hashlib
+"""The shard_plan action: the plan it writes through a real ansible-playbook run, each target's report handed to it as
+its reports argument. Its parts are tested under tests/unit/plugins/plugin_utils/_staging_plan/."""
 import json
-import os
 import pathlib
 import subprocess
 import sys
-import time
+from unittest import mock
 
 import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.playbook.play_context import PlayContext
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import (
-    LIST_KEEP_SECONDS, ActionModule, learn_shards, node_lists, plan_dataset, probe_size, prune_lists, write_list)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.plan import (
-    ShardPlanError, make_plan, node_shards, node_streamed, peer_roles)
+from ansible_collections.dlinfra.gpu_cluster.plugins.action.shard_plan import ActionModule
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[4]
-
-
-def test_sizes_come_from_head_when_the_index_has_only_checksums(tmp_path, shard_server):
-    blobs = {"d-%d.tar" % i: bytes([i]) * (1000 + i) for i in range(3)}
-    for name, data in blobs.items():
-        shard_server.add(name, data)
-    sums = tmp_path / "SHA256SUMS"
-    sums.write_text("".join("%s  %s\n" % (hashlib.sha256(data).hexdigest(), name) for name, data in blobs.items()))
-    records = learn_shards({"name": "d", "source": shard_server.url("d-{0..2}.tar"), "index": str(sums)}, timeout=5)
-    assert [(r["name"], r["size"], r["sha256"]) for r in records] == [
-        (name, len(data), hashlib.sha256(data).hexdigest()) for name, data in blobs.items()]
-    assert sorted(e["path"] for e in shard_server.requests() if e.get("method") == "HEAD") == ["/d-0.tar", "/d-1.tar", "/d-2.tar"]
-
-
-def test_a_missing_shard_is_named_with_its_url(shard_server):
-    with pytest.raises(ShardPlanError, match=r"shard http://127\.0\.0\.1:\d+/gone\.tar: HEAD request failed"):
-        probe_size(shard_server.url("gone.tar"), timeout=5)
-
-
-def test_an_unreadable_index_is_named(tmp_path):
-    with pytest.raises(ShardPlanError, match=r"dataset 'd': cannot read its index .*/nowhere.json"):
-        learn_shards({"name": "d", "source": "http://store/d-{0..1}.tar", "index": str(tmp_path / "nowhere.json")}, timeout=5)
-
-
-def test_file_sources_take_their_size_from_the_controller(tmp_path):
-    (tmp_path / "a.tar").write_bytes(b"x" * 1234)
-    assert probe_size("file://%s/a.tar" % tmp_path, timeout=5) == 1234
-    with pytest.raises(ShardPlanError, match="give the dataset an index with sizes"):
-        probe_size("file://%s/missing.tar" % tmp_path, timeout=5)
-
-
-def test_node_lists_are_stored_by_content(tmp_path):
-    first = write_list(str(tmp_path), [{"name": "a.tar", "url": "u", "size": 1, "sha256": None}])
-    again = write_list(str(tmp_path), [{"name": "a.tar", "url": "u", "size": 1, "sha256": None}])
-    other = write_list(str(tmp_path), [])
-    assert first == again != other
-    assert json.loads(pathlib.Path(first).read_text()) == [{"name": "a.tar", "sha256": None, "size": 1, "url": "u"}]
-
-
-@pytest.mark.parametrize("settings", [
-    {"mode": "replicate"},
-    {"mode": "partition", "replicas": 1},
-    {"mode": "partition", "replicas": 2},
-    {"mode": "stream", "stream_cache_fraction": 0.5},
-])
-def test_plan_dataset_writes_the_files_one_pass_per_node_wrote(tmp_path, settings):
-    shards = [{"name": "s-%03d.tar" % i, "url": "http://store/ds/s-%03d.tar" % i, "size": 1000 + i, "sha256": "%064x" % i}
-              for i in range(60)]
-    # n5 has no room (but for a replicated plan): it keeps nothing, and in stream mode streams its share.
-    room = [10 ** 6] * 5 + [10 ** 6 if settings["mode"] == "replicate" else 0]
-    nodes = {"n%d" % i: {"free_bytes": free, "held_bytes": 0, "total_bytes": 10 ** 6} for i, free in enumerate(room)}
-    endpoints = {host: {"address": "10.0.0.%d" % (i + 1), "port": 8473} for i, host in enumerate(sorted(nodes))}
-    new_dir, old_dir = tmp_path / "new", tmp_path / "old"
-    planned = plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)
-    plan = json.loads((new_dir / "ds.plan.json").read_text())
-    assert plan["mode"] == settings["mode"]
-    assert planned["headroom"] == 0.0  # the plan's, for the node's dataset index (gpu_monitoring's headroom series)
-    # The files as the action wrote them before, one pass over the plan for each node: the same names, the same bytes.
-    # Each entry names the rank that reads it (one rank per node here: all 0).
-    by_record = {record["name"]: dict(record, rank=0) for record in shards}
-    expected_lists, expected_streamed = {}, {}
-    for host in sorted(nodes):
-        expected_lists[host] = write_list(str(old_dir), [by_record[shard] for shard in node_shards(plan, host)])
-        if plan["mode"] == "stream":
-            expected_streamed[host] = write_list(str(old_dir), [
-                {"name": shard, "url": by_record[shard]["url"], "size": by_record[shard]["size"], "samples": None, "rank": 0}
-                for shard in node_streamed(plan, host)])
-    assert list(planned["lists"]) == sorted(nodes) and list(planned["stream_lists"]) == list(expected_streamed)
-    for written, expected in ((planned["lists"], expected_lists), (planned["stream_lists"], expected_streamed)):
-        for host, path in written.items():
-            assert path == expected[host].replace(str(old_dir), str(new_dir))
-            assert pathlib.Path(path).read_bytes() == pathlib.Path(expected[host]).read_bytes()
-    assert list(planned["peer_lists"]) == list(peer_roles(plan))
-    if plan["transfer"]["peer_assist"]:
-        assert {json.loads(pathlib.Path(path).read_text())["node"] for path in planned["peer_lists"].values()} == set(nodes)
-    assert planned["changed"] is True
-    assert plan_dataset(dict(settings, name="ds", headroom=0.0), shards, nodes, str(new_dir), endpoints, check_mode=False)["changed"] is False
-
-
-def test_a_cluster_starts_from_a_plan_written_before_plans_were_per_cluster_where_it_placed_only_there(tmp_path):
-    shards = [{"name": "s-%d.tar" % i, "url": "http://store/s-%d.tar" % i, "size": 100, "sha256": "%064x" % i} for i in range(8)]
-    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    room = {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6}
-    cluster = {"a1": room, "a2": room}
-    plan_dataset(settings, shards, cluster, str(tmp_path), {}, check_mode=False)
-    legacy = str(tmp_path / "ds.plan.json")
-    kept = plan_dataset(settings, shards, cluster, str(tmp_path / "cluster_a"), {}, check_mode=False, earlier=legacy)
-    assert kept["changed"] is False and kept["changes"]["fetch_copies"] == 0
-    moved = json.loads((tmp_path / "cluster_a" / "ds.plan.json").read_text())
-    assert moved["assignment"] == json.loads((tmp_path / "ds.plan.json").read_text())["assignment"]
-    # A plan that also placed shards on another cluster's nodes is not this cluster's: it plans afresh.
-    plan_dataset(settings, shards, dict(cluster, b1=room), str(tmp_path), {}, check_mode=False)
-    fresh = plan_dataset(settings, shards, cluster, str(tmp_path / "cluster_b"), {}, check_mode=False, earlier=legacy)
-    assert fresh["changed"] is True and fresh["_before"] == "dataset ds: no plan yet"
-
-
-def signed_shards(signature):
-    return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
-             "size": 100, "sha256": "%064x" % i} for i in range(4)]
-
-
-def plan_signed(tmp_path, signature):
-    """Plan four signed shards over two nodes in tmp_path."""
-    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
-    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    return plan_dataset(settings, signed_shards(signature), nodes, str(tmp_path), {}, check_mode=False)
-
-
-def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path):
-    first = plan_signed(tmp_path, "c0ffee01")
-    plan_text = (tmp_path / "ds.plan.json").read_text()
-    assert "c0ffee01" not in plan_text and "X-Amz-Signature=***" in plan_text
-    lists = [pathlib.Path(path) for path in first["lists"].values()]
-    assert all("c0ffee01" in path.read_text() for path in lists)  # the nodes fetch with the signature
-    assert all(path.stat().st_mode & 0o077 == 0 for path in lists)
-    again = plan_signed(tmp_path, "c0ffee02")
-    assert again["changed"] is False and "c0ffee02" in pathlib.Path(again["lists"]["n0"]).read_text()
-
-
-def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kept(tmp_path):
-    old = set(plan_signed(tmp_path, "old")["lists"].values())
-    stale = time.time() - LIST_KEEP_SECONDS - 10
-    for path in old:
-        os.utime(path, (stale, stale))
-    kept = plan_signed(tmp_path, "kept")["lists"].values()
-    for path in kept:
-        os.utime(path, (stale, stale))
-    new = set(plan_signed(tmp_path, "new")["lists"].values())
-    again = set(plan_signed(tmp_path, "kept")["lists"].values())
-    assert again == set(kept) and not old & again and not new & again
-
-    assert prune_lists(str(tmp_path), new) == len(old)  # an hour old and not named; "kept" was named again just now
-    left = {str(path) for path in (tmp_path / "lists").iterdir()}
-    assert left == new | again
-    assert prune_lists(str(tmp_path), new, now=time.time() + LIST_KEEP_SECONDS + 1) == len(again)
-    assert {str(path) for path in (tmp_path / "lists").iterdir()} == new
-
-
-@pytest.mark.parametrize("free, ours, reserve, expected", [
-    (1000, 300, 200, {"free_bytes": 800, "ours_bytes": 300}),
-    (100, 300, 200, {"free_bytes": 0, "ours_bytes": 200}),  # free cannot cover the reserve: the rest comes off ours
-    (100, 50, 200, {"free_bytes": 0, "ours_bytes": 0}),
-    (1000, None, 200, {"free_bytes": 800}),  # an older shard_space: free + held as before
-])
-def test_the_reserve_comes_off_free_plus_ours_whatever_a_run_left(free, ours, reserve, expected):
-    result = {"free_bytes": free, "held_bytes": 40, "total_bytes": 10 ** 6}
-    if ours is not None:
-        result["ours_bytes"] = ours
-    assert ActionModule._less_reserve(result, reserve) == dict(expected, held_bytes=40, total_bytes=10 ** 6)
-    if ours is not None:
-        # A run that moved 60 bytes from free into dest leaves the sum the planner weighs alone.
-        moved = ActionModule._less_reserve(dict(result, free_bytes=free - 60, ours_bytes=ours + 60), reserve)
-        assert moved["free_bytes"] + moved["ours_bytes"] == expected["free_bytes"] + expected["ours_bytes"]
 
 
 PLAYBOOK = """
@@ -177,13 +22,15 @@ PLAYBOOK = """
   gather_facts: false
   tasks:
     - ansible.builtin.set_fact:
-        __shard_staging_room:
-          reserve_bytes: "{{ reserve | default(0) }}"
-          results: [{item: {name: ds}, free_bytes: "{{ free }}", held_bytes: 0, total_bytes: 100000000}]
-        __shard_staging_peer_endpoint: {address: "10.0.0.{{ groups['nodes'].index(inventory_hostname) + 1 }}", port: 8473}
+        report:
+          room:
+            reserve_bytes: "{{ reserve | default(0) }}"
+            results: [{item: {name: ds}, free_bytes: "{{ free }}", held_bytes: 0, total_bytes: 100000000}]
+          peer_endpoint: {address: "10.0.0.{{ groups['nodes'].index(inventory_hostname) + 1 }}", port: 8473}
     - dlinfra.gpu_cluster.shard_plan:
         datasets: [{name: ds, source: "file://%(data)s/s-{000..019}.tar", index: "%(data)s/index.json", mode: "{{ mode }}", replicas: 2}]
         targets: "{{ groups['nodes'] }}"
+        reports: "{{ dict(groups['nodes'] | zip(groups['nodes'] | map('extract', hostvars) | map(attribute='report'))) }}"
         plan_dir: "%(plans)s"
       run_once: true
       register: plan
@@ -257,82 +104,20 @@ def test_a_dataset_too_big_for_the_nodes_fails_saying_it_must_be_streamed(tmp_pa
     assert "are missing. Stream it from distributed storage instead" in done.stdout, done.stdout
 
 
-PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY")
-
-
-def test_the_planner_sends_the_sources_credentials_and_never_shows_them(shard_server):
-    shard_server.add("d-0.tar", b"x" * 100)
-    source = shard_server.url("d-{0..1}.tar").replace("http://", "http://reader:s3cret@")
-    with pytest.raises(ShardPlanError) as raised:
-        learn_shards({"name": "d", "source": source}, timeout=5)  # d-1.tar is missing: a HEAD fails
-    assert "s3cret" not in str(raised.value) and "reader" not in str(raised.value)
-    heads = shard_server.requests()
-    assert {entry["authorization"] for entry in heads} == {"Basic cmVhZGVyOnMzY3JldA=="}
-    records = learn_shards({"name": "d", "source": shard_server.url("d-0.tar").replace("http://", "http://reader:s3cret@")}, timeout=5)
-    assert records[0]["url"] == shard_server.url("d-0.tar")  # what the plan and the lists hold: no user info
-
-
-def test_the_planner_and_the_engine_choose_the_same_proxy(shard_server, forward_proxy, monkeypatch):
-    for name in PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    shard_server.add("d-0.tar", b"x" * 100)
-    monkeypatch.setenv("http_proxy", forward_proxy.url)
-    monkeypatch.setenv("no_proxy", "localhost")  # not 127.0.0.1: curl compares names and addresses as written
-    assert probe_size(shard_server.url("d-0.tar"), timeout=5) == 100
-    assert forward_proxy.seen == ["HEAD %s HTTP/1.1" % shard_server.url("d-0.tar")]
-    forward_proxy.seen.clear()
-    monkeypatch.setenv("no_proxy", "127.0.0.0/8")
-    assert probe_size(shard_server.url("d-0.tar"), timeout=5) == 100
-    assert forward_proxy.seen == []
-
-
-def test_a_dataset_too_large_to_plan_is_refused_at_once_without_expanding_it():
-    started = time.monotonic()
-    with pytest.raises(ShardPlanError, match="has more than 2000000 values"):
-        learn_shards({"name": "d", "source": "http://store/d-{0000000..9999999}.tar"}, timeout=5)
-    assert time.monotonic() - started < 1
-
-
-def test_more_unknown_sizes_than_the_planner_asks_for_need_an_index(shard_server):
-    with pytest.raises(ShardPlanError, match="10001 shards have no size in an index, and the planner asks at most 10000"):
-        learn_shards({"name": "d", "source": shard_server.url("d-{00000..10000}.tar")}, timeout=5)
-    assert shard_server.requests() == []
-
-
-def test_the_first_failed_head_request_stops_the_others(shard_server):
-    for number in range(1, 600):
-        shard_server.add("d-%03d.tar" % number, b"x")
-    with pytest.raises(ShardPlanError, match=r"d-000\.tar: HEAD request failed"):
-        learn_shards({"name": "d", "source": shard_server.url("d-{000..599}.tar")}, timeout=5)
-    assert len(shard_server.requests()) < 600 // 2
-
-
-def test_the_nodes_of_a_replicated_plan_share_one_rank_split_and_one_list():
-    # Built once, written once: at 200 nodes x 20,000 shards a list per node took 21.9 s against 4.1 s.
-    shards = [{"name": "s-%03d.tar" % i, "url": "http://store/ds/s-%03d.tar" % i, "size": 1000 + i, "sha256": None}
-              for i in range(50)]
-    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "ranks": 2} for i in range(5)}
-    split = {}
-    plan = make_plan({"name": "ds", "mode": "replicate"}, shards, nodes, rank_split_out=split)
-    held, _streamed = node_lists(plan, shards, split)
-    assert len({id(ranked) for ranked in split.values()}) == 1 and len({id(entries) for entries in held.values()}) == 1
-    assert sorted({entry["rank"] for entry in held["n0"]}) == [0, 1]
-    assert plan["nodes"]["n0"]["rank_bytes"] == plan["nodes"]["n4"]["rank_bytes"]
-    assert plan["nodes"]["n0"]["rank_bytes"] is not plan["nodes"]["n4"]["rank_bytes"]
-
-
 CLUSTER_PLAYBOOK = """
 - hosts: nodes
   gather_facts: false
   tasks:
     - ansible.builtin.set_fact:
-        __shard_staging_room:
-          results: [{item: {name: ds}, free_bytes: 10000000, held_bytes: 0, total_bytes: 100000000}]
-          plan_dir: "{{ inventory_dir }}/.shard_staging"
+        report:
+          room:
+            results: [{item: {name: ds}, free_bytes: 10000000, held_bytes: 0, total_bytes: 100000000}]
+            plan_dir: "{{ inventory_dir }}/.shard_staging"
     - dlinfra.gpu_cluster.shard_plan:
         datasets: [{name: ds, source: "file://%(data)s/s-{000..019}.tar", index: "%(data)s/index.json", mode: partition,
                     replicas: 1, peer_assist: false}]
         targets: "{{ ansible_play_hosts_all }}"
+        reports: "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars) | map(attribute='report'))) }}"
         cluster_group_pattern: "^cluster_"
         plan_dir: /nonexistent/the-first-hosts
       run_once: true
@@ -362,3 +147,54 @@ def test_each_clusters_plan_goes_where_its_first_target_says_whichever_host_runs
         for cluster, hosts in (("cluster_a", ["a1", "a2"]), ("cluster_b", ["b1", "b2"])):
             plan = json.loads((tmp_path / cluster / ".shard_staging" / cluster / "ds.plan.json").read_text())
             assert sorted(plan["nodes"]) == hosts
+
+
+def make_action(args, check_mode=False):
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = check_mode
+    task.diff = False
+    return ActionModule(task, mock.MagicMock(), PlayContext(), loader=None, templar=None, shared_loader_obj=None)
+
+
+def index_dataset(tmp_path):
+    entries = [{"url": "s-%d.tar" % i, "nsamples": 1, "filesize": 1000 + i} for i in range(4)]
+    (tmp_path / "index.json").write_text(json.dumps({"__kind__": "wids-shard-index-v1", "wids_version": 1, "shardlist": entries}))
+    return {"name": "ds", "source": "file://%s/s-{0..3}.tar" % tmp_path, "index": str(tmp_path / "index.json"),
+            "mode": "partition", "replicas": 1, "peer_assist": False}
+
+
+def report(free=10 ** 6, **extra):
+    return dict({"room": {"reserve_bytes": 0, "results": [{"item": {"name": "ds"}, "free_bytes": free, "held_bytes": 0,
+                                                           "total_bytes": 10 ** 7}]}}, **extra)
+
+
+def test_the_action_plans_from_the_reports_it_is_handed_and_reads_no_host_variable(tmp_path):
+    reports = {"n0": report(ranks={"set": 2}), "n1": report()}
+    action = make_action({"datasets": [index_dataset(tmp_path)], "targets": ["n0", "n1"], "reports": reports,
+                          "plan_dir": str(tmp_path / "plans")})
+    result = action.run(task_vars={"groups": {}})  # no hostvars: a KeyError if the action looked there
+    planned = result["datasets"]["ds"]
+    assert result["changed"] is True and (tmp_path / "plans" / "ds.plan.json").exists()
+    assert {host: node["ranks"] for host, node in planned["nodes"].items()} == {"n0": 2, "n1": 1}
+    assert result["msg"] == planned["summary"]
+
+
+def test_a_target_without_a_report_is_named(tmp_path):
+    action = make_action({"datasets": [index_dataset(tmp_path)], "targets": ["n0", "n1"], "reports": {"n0": report()},
+                          "plan_dir": str(tmp_path / "plans")})
+    with pytest.raises(AnsibleActionFail, match=r"dataset 'ds': no space report from target n1: it is unreachable"):
+        action.run(task_vars={"groups": {}})
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"targets": ["n0"], "plan_dir": "/p"}, "shard_plan needs datasets"),
+    ({"datasets": [], "targets": [], "plan_dir": "/p"}, "targets (a non-empty list of hosts)"),
+    ({"datasets": [], "targets": ["n0"], "plan_dir": "/p", "reports": ["n0"]}, "reports must be a dict"),
+    ({"datasets": [], "targets": ["n0"], "plan_dir": "/p", "reports": {"n0": {"ranks": {"set": 0}}}},
+     "node 'n0': shard_staging_ranks_per_node is 0"),
+])
+def test_arguments_it_cannot_use_fail_the_task(args, message):
+    with pytest.raises(AnsibleActionFail, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_action(args).run(task_vars={"groups": {}})

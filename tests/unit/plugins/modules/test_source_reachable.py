@@ -13,15 +13,19 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.modules import source_reach
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """/ok answers anything; /no-head refuses HEAD (405) and answers GET; /missing is 404. A request line with an absolute
+    """/ok answers anything; /no-head refuses HEAD (405) and answers GET; /missing is 404, /broken 500; /moved redirects to
+    /ok. A request line with an absolute
     URL is one sent to a proxy: it is answered 200 as a proxy that reached the origin would."""
 
     def _answer(self):
         self.server.seen.append((self.command, self.path))
         path = self.path if self.path.startswith("/") else "/proxied"
-        code = {"/ok": 200, "/proxied": 200, "/missing": 404}.get(path, 405 if self.command == "HEAD" else 200)
+        code = {"/ok": 200, "/proxied": 200, "/missing": 404, "/moved": 301, "/broken": 500}.get(path, 405 if self.command == "HEAD" else 200)
         self.send_response(code)
-        self.send_header("Content-Length", "0")
+        if code == 301:
+            self.send_header("Location", "/ok")
+        # A HEAD's answer says how long the GET's body is, and sends none.
+        self.send_header("Content-Length", "0" if self.command == "GET" or code != 200 else "1234")
         self.end_headers()
 
     do_HEAD = do_GET = _answer
@@ -159,3 +163,11 @@ def test_a_url_that_is_not_http_is_refused_up_front(capsys, monkeypatch):
         {"url": "ftp://mirror/x.sh", "what": "the installer"}]})
     assert code == 1
     assert result["msg"] == "anaconda on n1: ftp://mirror/x.sh is not an http(s) URL (the installer)"
+
+
+def test_a_redirect_is_followed_and_a_server_error_is_named_with_its_status(server, capsys, monkeypatch):
+    code, result = run_module(capsys, monkeypatch, {"sources": [
+        {"url": base(server) + "/moved", "what": "the key"}, {"url": base(server) + "/broken", "what": "the archive"}]})
+    assert server.seen == [("HEAD", "/moved"), ("HEAD", "/ok"), ("HEAD", "/broken")]
+    assert [(s["status"], s["error"]) for s in result["sources"]] == [(200, ""), (500, "it answered HTTP 500 Internal Server Error")]
+    assert code == 1 and "cannot reach the archive, %s/broken: it answered HTTP 500" % base(server) in result["msg"]

@@ -238,3 +238,19 @@ def test_messages_about_a_bad_url_never_show_its_credentials():
         open_url("http://reader:s3cret@store/a b.tar?sig=abc", {}, conns)
     assert "s3cret" not in str(raised.value) and "abc" not in str(raised.value)
     assert "http://***@store/a b.tar?sig=***" in str(raised.value)
+
+
+def test_a_head_response_has_no_body_and_leaves_the_connection_for_the_next_request(make_shards, shard_server):
+    _shards, contents = make_shards({"a.tar": 10})
+    conns = Connections(5, None)
+    try:
+        head, origin = open_url(shard_server.url("a.tar"), {}, conns, method="HEAD")
+        assert (head.status, head.getheader("Content-Length"), head.isclosed()) == (200, "10", True)
+        conns.release(origin, head)
+        response, _origin = open_url(shard_server.url("a.tar"), {}, conns)
+        assert response.read(100) == contents["a.tar"]
+    finally:
+        conns.close()
+    first, second = shard_server.requests()
+    assert (first["method"], first["path"]) == ("HEAD", "/a.tar") and second["path"] == "/a.tar"
+    assert first["client"] == second["client"]  # one connection: the HEAD's answer was read to its end

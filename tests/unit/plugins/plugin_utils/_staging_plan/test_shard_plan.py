@@ -31,7 +31,8 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.
     shard_nodes,
     summarize,
 )
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError, human
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.errors import ShardPlanError
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes as human
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.sources import (
     expand_source,
     parse_index,
