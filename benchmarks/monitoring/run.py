@@ -134,7 +134,7 @@ def prometheus_config(work, nodes):
                 "rack_group_pattern": "^rack_", "role_groups": ["head", "gpu_nodes"], "interval": "15",
                 "node_exporter_port": "9100", "rules_file": str(RULES), "alertmanager_url": ""}
     plan = gpu_monitoring_scrape_plan(hosts, groups, settings)
-    config = gpu_monitoring_prometheus_config("head1", plan, groups, {host: {} for host in hosts}, settings)
+    config = gpu_monitoring_prometheus_config("head1", plan, groups, {}, {host: "" for host in hosts}, settings)
     path = work / ("prometheus-%d.yml" % nodes)
     path.write_text(json.dumps(config))  # JSON is YAML
     targets = sum(len(group["targets"]) for job in config["scrape_configs"] for group in job["static_configs"])
