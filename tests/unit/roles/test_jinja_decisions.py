@@ -113,8 +113,6 @@ ALLOWED = {
      "__microk8s_joins"): TO_MOVE,
     ("roles/microk8s/tasks/cluster.yml", "Wait until every host of the cluster in this play is a Ready node",
      "__microk8s_ready_names"): TO_MOVE,
-    ("roles/microk8s/tasks/preflight.yml", "Fail once, listing every problem with its host and fix",
-     "__microk8s_problems"): TO_MOVE,
     ("roles/microk8s/vars/main.yml", "", "__microk8s_offline"): ASSEMBLES,
     ("roles/microk8s/vars/main.yml", "", "__microk8s_view_reads"): ASSEMBLES,
     ("roles/microk8s/vars/main.yml", "", "__microk8s_managed_paths"): ASSEMBLES,
