@@ -19,8 +19,9 @@ _TOKEN_LENGTH = 32
 
 
 def _supported_list(supported):
-    """The supported platforms as the role's Jinja listed them: each of dict2items' items joined, which joins its keys."""
-    return "; ".join(" ".join(("key", "value")) for _ in supported)
+    """'Debian 12, 13; Ubuntu 22, 24'."""
+    return "; ".join("%s %s" % (distribution, ", ".join(str(release) for release in releases))
+                     for distribution, releases in supported.items())
 
 
 def preflight_problems(settings):

@@ -38,10 +38,10 @@ def test_good_settings_are_no_problem(settings):
 
 
 @pytest.mark.parametrize("settings, expected", [
-    pytest.param({"major_version": "11"}, "Debian 11 is not supported; supported: key value; key value",
+    pytest.param({"major_version": "11"}, "Debian 11 is not supported; supported: Debian 12, 13; Ubuntu 22, 24",
                  id="unsupported-release"),
     pytest.param({"distribution": "Rocky", "major_version": "9"},
-                 "Rocky 9 is not supported; supported: key value; key value", id="unsupported-distribution"),
+                 "Rocky 9 is not supported; supported: Debian 12, 13; Ubuntu 22, 24", id="unsupported-distribution"),
     pytest.param({"channel": "latest/stable"},
                  "microk8s_channel=latest/stable does not pin a Kubernetes minor; use a channel such as 1.32/stable",
                  id="unpinned-channel"),
