@@ -139,8 +139,6 @@ ALLOWED = {
     ("roles/nvidia_driver/vars/main.yml", "", "__nvidia_driver_swap_args"): ASSEMBLES,
     ("roles/nvidia_driver/vars/main.yml", "", "__nvidia_driver_cuda_repo_url"): FORMATS_URL,
     ("roles/preflight/vars/main.yml", "", "__preflight_managed_paths"): ASSEMBLES,
-    ("roles/shard_staging/tasks/validate.yml", "Fail once, listing every problem with the datasets and targets",
-     "__shard_staging_problems"): TO_MOVE,
     ("roles/shard_staging/tasks/worlds.yml", "Read the node's host name, Kubernetes' name for it", "when"): GUARDS,
     ("roles/train/tasks/run.yml", "Report each rank's figures", "__report"): FORMATS_MESSAGE,
     ("roles/validate/tasks/gpu_job.yml", "Keep the result", "__validate_gpu_jobs"): ASSEMBLES,
