@@ -7,37 +7,18 @@ role stops the host, listing them all. Numbers are read as Jinja's ``int`` and `
 not a number counts as 0), since the role's variables come from the inventory as text as often as not.
 """
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import as_float, as_int, check_keys
 
 SETTINGS = ("cluster", "kubectl_host", "serial", "others", "cluster_hosts", "max_unavailable", "gpu_poll", "gpu_wait",
             "components", "known_components")
-
-
-def _int(value):
-    """As Jinja's int filter: int(value), else int(float(value)), else 0."""
-    try:
-        return int(value, 10) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError):
-        try:
-            return int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            return 0
-
-
-def _float(value):
-    """As Jinja's float filter: float(value), else 0.0."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
 
 
 def batch_size(serial, others):
     """How many hosts one batch of the upgrade playbook holds: ``serial`` (gpu_cluster_serial as text) hosts, or that
     percentage of ``others`` (the non-head nodes) as Ansible counts it, at least 1."""
     if serial.endswith("%"):
-        return max(int(len(others) * _float(serial[:-1]) / 100), 1)
-    return _int(serial)
+        return max(int(len(others) * as_float(serial[:-1]) / 100), 1)
+    return as_int(serial)
 
 
 def preflight_problems(settings):
@@ -61,13 +42,13 @@ def preflight_problems(settings):
         problems.append("the host is in no cluster_* group; put it under its cluster in the inventory")
     if len(settings["kubectl_host"] or "") == 0:
         problems.append("its cluster %s has no host in the head group to run kubectl" % cluster)
-    if _int(max_unavailable) < 1:
+    if as_int(max_unavailable) < 1:
         problems.append("rolling_upgrade_max_unavailable must be 1 or more")
-    if in_batch > _int(max_unavailable):
+    if in_batch > as_int(max_unavailable):
         problems.append("gpu_cluster_serial (%s) puts up to %d nodes of %s in one batch, more than "
                         "rolling_upgrade_max_unavailable (%s): lower gpu_cluster_serial or raise "
                         "gpu_cluster_max_unavailable" % (serial, in_batch, cluster, max_unavailable))
-    if not (_int(settings["gpu_poll"]) >= 1 and _int(settings["gpu_wait"]) >= 0):
+    if not (as_int(settings["gpu_poll"]) >= 1 and as_int(settings["gpu_wait"]) >= 0):
         problems.append("rolling_upgrade_gpu_poll must be 1 or more and rolling_upgrade_gpu_wait 0 or more")
     known = set(settings["known_components"] or [])
     problems.extend("rolling_upgrade_target: unknown component %s" % name
