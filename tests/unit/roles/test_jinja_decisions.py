@@ -122,7 +122,6 @@ ALLOWED = {
      "name"): ASSEMBLES,
     ("roles/nvidia_driver/tasks/install_dnf.yml", "Install the driver packages at the pinned version",
      "name"): ASSEMBLES,
-    ("roles/nvidia_driver/vars/main.yml", "", "__nvidia_driver_other_kernel_packages"): TO_MOVE,
     ("roles/nvidia_driver/vars/main.yml", "", "__nvidia_driver_swap_args"): ASSEMBLES,
     ("roles/nvidia_driver/vars/main.yml", "", "__nvidia_driver_cuda_repo_url"): FORMATS_URL,
     ("roles/preflight/vars/main.yml", "", "__preflight_managed_paths"): ASSEMBLES,
