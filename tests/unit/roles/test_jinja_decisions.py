@@ -28,7 +28,6 @@ FORMATS_URL = "formats a URL from a setting or its default"
 PASSES_ARGUMENTS = "passes the arguments of a filter that decides"
 ASSEMBLES = "assembles a list or record from settings, a part at most switched on or off by one flag"
 GUARDS = "a flat AND of one-line conditions, each on its own line (no branches)"
-TO_MOVE = "decides: to move into a tested filter (issue 51 item 6)"
 
 # (file, task name ('' in vars and defaults), key): why its Jinja may stay.
 ALLOWED = {
@@ -98,11 +97,6 @@ ALLOWED = {
     ("roles/shard_staging/tasks/worlds.yml", "Write the node's world of the dataset on the cluster's heads",
      "content"): FORMATS_FILE,
     ("roles/validate/tasks/gpu_job.yml", "Run the GPU job on {{ __validate_job_host }}", "__job"): PASSES_ARGUMENTS,
-    ("roles/anaconda/tasks/environments.yml", "Plan each environment (create when missing, update when its file changed)",
-     "__anaconda_env_plan"): TO_MOVE,
-    ("roles/anaconda/tasks/install.yml", "Say why the installer could not be fetched, and the fix", "msg"): TO_MOVE,
-    ("roles/anaconda/tasks/install.yml", "Say why the installer could not be fetched, and the fix", "__reason"): TO_MOVE,
-    ("roles/anaconda/tasks/jupyter.yml", "Run each user's Jupyter Lab", "__restart"): TO_MOVE,
     ("roles/anaconda/vars/main.yml", "", "__anaconda_condarc"): ASSEMBLES,
     ("roles/anaconda/vars/main.yml", "", "__anaconda_managed_paths"): ASSEMBLES,
     ("roles/anaconda/vars/main.yml", "", "__anaconda_pip_install"): ASSEMBLES,
