@@ -26,7 +26,7 @@ FORMATS_SCRIPT = "formats a shell script"
 FORMATS_FILE = "formats a file's body"
 FORMATS_URL = "formats a URL from a setting or its default"
 PASSES_ARGUMENTS = "passes the arguments of a filter that decides"
-ASSEMBLES = "assembles a list or record from settings, a part at most switched on or off by one flag"
+ASSEMBLES = "assembles a list or record from settings, parts at most switched on or off by flags (no choice of values)"
 GUARDS = "a flat AND of one-line conditions, each on its own line (no branches)"
 
 # (file, task name ('' in vars and defaults), key): why its Jinja may stay.
