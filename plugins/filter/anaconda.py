@@ -1,13 +1,16 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The anaconda role's decision about a prefix and its preflight problems, and its Jupyter Lab's problems and
-configuration: thin wrappers over plugin_utils/anaconda_install and plugin_utils/_workspace/jupyter."""
+"""The anaconda role's decision about a prefix, its preflight problems, why its installer could not be fetched and
+what it does with each environment, and its Jupyter Lab's problems, configuration and restarts: thin wrappers over
+plugin_utils/_anaconda and plugin_utils/_workspace/jupyter."""
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._anaconda.install import install_action, install_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._anaconda.environments import env_step
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._anaconda.install import (
+    fetch_failure, install_action, install_problems)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._workspace.jupyter import (
-    jupyter_problems, listeners, main_pids, server_config)
+    jupyter_problems, listeners, main_pids, restarts, server_config)
 
 
 def anaconda_install_action(record, flavor, version, prefix_exists, prefix_is_dir=False, prefix_entries=None):
@@ -45,7 +48,24 @@ def anaconda_jupyter_config(user, home, settings):
         raise AnsibleFilterError("anaconda_jupyter_config: %s" % error) from error
 
 
+def anaconda_fetch_failure(failed_msg, proxy_servers, url, sha256, name, source):
+    """Why the installer could not be fetched, and the fix (see _anaconda/install.fetch_failure)."""
+    return fetch_failure(failed_msg, proxy_servers, url, sha256, name, source)
+
+
+def anaconda_env_step(environment, src, path, known, recorded_sha1, wanted_sha1):
+    """One environment's entry of the plan, its action create, update or none (see _anaconda/environments)."""
+    return env_step(environment, src, path, list(known or []), recorded_sha1, wanted_sha1)
+
+
+def anaconda_jupyter_restarts(users, everyone, registered):
+    """The users whose Jupyter server restarts (see _workspace/jupyter.restarts)."""
+    return restarts(list(users or []), bool(everyone), list(registered or []))
+
+
 class FilterModule:
     def filters(self):
         return {"anaconda_install_action": anaconda_install_action, "anaconda_install_problems": anaconda_install_problems,
-                "anaconda_jupyter_problems": anaconda_jupyter_problems, "anaconda_jupyter_config": anaconda_jupyter_config}
+                "anaconda_jupyter_problems": anaconda_jupyter_problems, "anaconda_jupyter_config": anaconda_jupyter_config,
+                "anaconda_fetch_failure": anaconda_fetch_failure, "anaconda_env_step": anaconda_env_step,
+                "anaconda_jupyter_restarts": anaconda_jupyter_restarts}

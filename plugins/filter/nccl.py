@@ -1,9 +1,10 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The nccl role's preflight problems: a thin wrapper over plugin_utils/nccl_preflight."""
+"""The nccl role's preflight problems and its validation's decisions: a thin wrapper over plugin_utils/_nccl."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.validate import run_problem, skip_reason
 
 
 def nccl_problems(settings, found):
@@ -14,6 +15,17 @@ def nccl_problems(settings, found):
         raise AnsibleFilterError("nccl_problems: %s" % error) from error
 
 
+def nccl_skip_reason(gpu, multinode, check_mode):
+    """Why the host is not measured, '' where it is (see plugin_utils/_nccl/validate)."""
+    return skip_reason(gpu["gpu_count"], gpu.get("driver_state"), gpu.get("message"), multinode, check_mode)
+
+
+def nccl_run_problem(busbw, run, expected_ranks, metric, floor):
+    """What is wrong with an all_reduce_perf run's result (see plugin_utils/_nccl/validate)."""
+    return run_problem(busbw["ranks"], expected_ranks, run.get("rc"), str(run.get("stderr", "")), metric,
+                       busbw.get(metric), floor)
+
+
 class FilterModule:
     def filters(self):
-        return {"nccl_problems": nccl_problems}
+        return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason, "nccl_run_problem": nccl_run_problem}

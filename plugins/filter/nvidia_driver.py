@@ -11,8 +11,10 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.choice import (
     DriverChoiceError, cuda_driver_problem, driver_plans, node_flavor)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.preflight import preflight_problems
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.swap import swap_out, swap_problem
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.swap import (
+    other_kernel_packages, swap_out, swap_problem)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.ubuntu_modules import precompiled_modules
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.versions import package_version
 
 
 def nvidia_driver_plans(nodes, groups, settings):
@@ -74,10 +76,26 @@ def nvidia_driver_swap_problem(source_lines, host, swapped_out, driver):
                         str(driver))
 
 
+def nvidia_driver_other_kernel_packages(kernel, flavor, precompiled, precompiled_remove=None):
+    """The kernel packages a node moving to this flavour swaps out (see plugin_utils/_nvidia_driver/swap)."""
+    return other_kernel_packages(dict(kernel or {}), flavor, bool(precompiled), list(precompiled_remove or []))
+
+
+def nvidia_driver_package_version(available, version, branch, manager):
+    """The version of the driver's packages to install, '' where the source has none that fits (see
+    plugin_utils/_nvidia_driver/versions)."""
+    try:
+        return package_version([str(item) for item in available or []], version, branch, manager)
+    except ValueError as error:
+        raise AnsibleFilterError("nvidia_driver_package_version: %s" % error) from error
+
+
 class FilterModule:
     def filters(self):
         return {"nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
                 "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
                 "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules,
                 "nvidia_driver_swap_out": nvidia_driver_swap_out,
-                "nvidia_driver_swap_problem": nvidia_driver_swap_problem}
+                "nvidia_driver_swap_problem": nvidia_driver_swap_problem,
+                "nvidia_driver_package_version": nvidia_driver_package_version,
+                "nvidia_driver_other_kernel_packages": nvidia_driver_other_kernel_packages}

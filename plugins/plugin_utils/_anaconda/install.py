@@ -4,7 +4,7 @@
 
 ``install_action`` reads the role's record in the prefix and what the prefix holds, and says what the install phase
 does there. ``install_problems`` turns the role's settings and what preflight found into one line per problem; the
-role fails once, listing them all.
+role fails once, listing them all. ``fetch_failure`` says why the installer could not be fetched, and the fix.
 """
 
 import posixpath
@@ -120,3 +120,26 @@ def install_problems(settings, found):
         problems.append("environment files missing on the controller: %s; give anaconda_environments[].file as an "
                         "absolute path or one relative to the inventory directory" % joined(found["missing_env_files"]))
     return problems
+
+
+_HIDDEN = "the download failed (details hidden: anaconda_proxy_servers is secret)"
+
+
+def fetch_failure(failed_msg, proxy_servers, url, sha256, name, source):
+    """Why the installer could not be fetched (a checksum that does not match, or the download), and the fix.
+
+    failed_msg: the failed task's msg (None where it has none). proxy_servers: anaconda_proxy_servers; where set, a
+    download's error is not shown (it may hold the proxy's credentials). url, sha256 (as asked), name and source (the
+    URL or file it was fetched from): the installer's.
+    """
+    if proxy_servers and "checksum" not in (failed_msg or ""):
+        reason = _HIDDEN
+    else:
+        reason = "unknown error" if failed_msg is None else failed_msg
+    if "checksum" in reason:
+        return ("the installer at %s does not match anaconda_installer_sha256 (%s) and was thrown away; nothing was "
+                "installed. %s Fix: set anaconda_installer_sha256 to the hash published for %s, or make the mirror serve "
+                "the published file." % (url, sha256, reason, name))
+    return ("could not fetch %s: %s Fix: check anaconda_installer_mirror / anaconda_installer_url and "
+            "anaconda_proxy_servers, or put the installer on the controller (anaconda_installer_file)."
+            % (source, reason))

@@ -36,6 +36,28 @@ def _installed(lines):
             yield fields[0].split(":")[0], fields[1][:1] == "h", fields[-1]
 
 
+def _flat(items):
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from _flat(item)
+        else:
+            yield item
+
+
+def other_kernel_packages(kernel, flavor, precompiled, precompiled_remove):
+    """The kernel packages a node moving to this flavour, or between DKMS and precompiled modules, swaps out.
+
+    kernel: the package set's kernel packages by flavour. flavor: the flavour the node gets. precompiled: whether
+    Ubuntu's precompiled modules replace DKMS (then every flavour's DKMS package goes). precompiled_remove: the
+    precompiled modules of another flavour or branch (all of them where DKMS builds the modules), from
+    nvidia_driver_ubuntu_modules. Each package once, in the set's order, then precompiled_remove as given.
+    """
+    own = [] if precompiled else list(_flat(kernel[flavor]))
+    skipped = "" if precompiled else flavor
+    others = [name for key, names in kernel.items() if key != skipped for name in _flat(names) if name not in own]
+    return list(dict.fromkeys(others)) + list(precompiled_remove)
+
+
 def swap_out(lines, own_packages, other_kernel_packages, own_family_source=""):
     """The installed packages a node moving to this driver removes, sorted.
 

@@ -4,7 +4,8 @@
 
 ``jupyter_problems`` turns anaconda_jupyter_* and what preflight found on the node into one line per problem, each
 naming the variable and the fix. ``server_config`` is a user's jupyter_server_config.json. ``listeners`` and
-``main_pids`` read ``ss -ltnpeH`` and ``systemctl show --property Id,MainPID`` output.
+``main_pids`` read ``ss -ltnpeH`` and ``systemctl show --property Id,MainPID`` output. ``restarts`` says whose server
+restarts.
 """
 
 import ipaddress
@@ -188,3 +189,18 @@ def server_config(user, home, settings):
         config["KernelSpecManager"] = {
             "allowed_kernelspecs": sorted(settings["kernels"][env] for env in user["environments"])}
     return config
+
+
+def restarts(users, everyone, registered):
+    """The names of the users whose Jupyter server restarts: all of ``users`` where ``everyone`` (the unit file or the
+    packages changed), else those an item of the ``registered`` loop results changed for. An item is a user, or a
+    (user, file) pair."""
+    if everyone:
+        return [user["name"] for user in users]
+    names = []
+    for result in registered:
+        for item_result in (result or {}).get("results") or []:
+            if item_result.get("changed"):
+                item = item_result["item"]
+                names.append((item[0] if isinstance(item, (list, tuple)) else item)["name"])
+    return names

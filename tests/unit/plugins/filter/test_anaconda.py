@@ -6,14 +6,18 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.anaconda import (
-    FilterModule, anaconda_install_action, anaconda_install_problems, anaconda_jupyter_config, anaconda_jupyter_problems)
+    FilterModule, anaconda_env_step, anaconda_fetch_failure, anaconda_install_action, anaconda_install_problems,
+    anaconda_jupyter_config, anaconda_jupyter_problems, anaconda_jupyter_restarts)
 
 
 def test_the_filters_are_exposed():
     assert FilterModule().filters() == {"anaconda_install_action": anaconda_install_action,
                                         "anaconda_install_problems": anaconda_install_problems,
                                         "anaconda_jupyter_problems": anaconda_jupyter_problems,
-                                        "anaconda_jupyter_config": anaconda_jupyter_config}
+                                        "anaconda_jupyter_config": anaconda_jupyter_config,
+                                        "anaconda_fetch_failure": anaconda_fetch_failure,
+                                        "anaconda_env_step": anaconda_env_step,
+                                        "anaconda_jupyter_restarts": anaconda_jupyter_restarts}
 
 
 JUPYTER = {"users": [{"name": "alice", "port": 8765, "token": "0123456789abcdef"}], "ip": "127.0.0.1", "certfile": "",

@@ -5,7 +5,7 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import FilterModule, nccl_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import FilterModule, nccl_problems, nccl_run_problem, nccl_skip_reason
 
 SETTINGS = {
     "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "default_source": "distribution",
@@ -16,7 +16,8 @@ SETTINGS = {
 
 
 def test_the_filter_is_exposed():
-    assert FilterModule().filters() == {"nccl_problems": nccl_problems}
+    assert FilterModule().filters() == {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason,
+                                        "nccl_run_problem": nccl_run_problem}
 
 
 def test_the_filter_returns_the_lines():

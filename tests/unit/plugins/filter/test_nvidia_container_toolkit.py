@@ -7,7 +7,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_container_toolkit import (
-    FilterModule, nvidia_container_toolkit_problems)
+    FilterModule, nvidia_container_toolkit_containerd_checker, nvidia_container_toolkit_engines_simulated,
+    nvidia_container_toolkit_problems, nvidia_container_toolkit_toolkit_simulated)
 
 SETTINGS = {
     "os_family": "Debian", "distribution": "Debian", "major_version": "12", "releases": ["12", "13"], "version": "1.17.8",
@@ -18,7 +19,11 @@ SETTINGS = {
 
 
 def test_the_filter_is_exposed():
-    assert FilterModule().filters() == {"nvidia_container_toolkit_problems": nvidia_container_toolkit_problems}
+    assert FilterModule().filters() == {
+        "nvidia_container_toolkit_problems": nvidia_container_toolkit_problems,
+        "nvidia_container_toolkit_engines_simulated": nvidia_container_toolkit_engines_simulated,
+        "nvidia_container_toolkit_toolkit_simulated": nvidia_container_toolkit_toolkit_simulated,
+        "nvidia_container_toolkit_containerd_checker": nvidia_container_toolkit_containerd_checker}
 
 
 def test_the_filter_returns_the_lines():

@@ -2,8 +2,9 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nvidia_driver import (
-    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_plans, nvidia_driver_problems,
-    nvidia_driver_swap_out, nvidia_driver_swap_problem, nvidia_driver_ubuntu_modules)
+    FilterModule, nvidia_driver_cuda_problem, nvidia_driver_node_flavor, nvidia_driver_other_kernel_packages,
+    nvidia_driver_package_version, nvidia_driver_plans, nvidia_driver_problems, nvidia_driver_swap_out,
+    nvidia_driver_swap_problem, nvidia_driver_ubuntu_modules)
 
 V100, B200 = "0x1db5", "0x2901"
 SETTINGS = {"cluster_group_pattern": "^cluster_", "consistency": "branch"}
@@ -73,7 +74,9 @@ def test_every_filter_is_exposed():
         "nvidia_driver_plans": nvidia_driver_plans, "nvidia_driver_cuda_problem": nvidia_driver_cuda_problem,
         "nvidia_driver_node_flavor": nvidia_driver_node_flavor, "nvidia_driver_problems": nvidia_driver_problems,
         "nvidia_driver_ubuntu_modules": nvidia_driver_ubuntu_modules,
-        "nvidia_driver_swap_out": nvidia_driver_swap_out, "nvidia_driver_swap_problem": nvidia_driver_swap_problem}
+        "nvidia_driver_swap_out": nvidia_driver_swap_out, "nvidia_driver_swap_problem": nvidia_driver_swap_problem,
+        "nvidia_driver_package_version": nvidia_driver_package_version,
+        "nvidia_driver_other_kernel_packages": nvidia_driver_other_kernel_packages}
 
 
 def test_the_swap_filters_take_dpkg_query_s_lines():

@@ -18,6 +18,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import nccl_skip_reason
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl import preflight as nccl_preflight
 from role_vars import defaults, load, platform_file, trust
 
@@ -226,9 +227,9 @@ def test_platform_files_are_complete(platform):
 def validation_skip_reason(gpu, check_mode=False, **overrides):
     tasks = yaml.safe_load((ROLE / "tasks" / "validate.yml").read_text())
     task_vars = next(task["vars"] for task in tasks if task["name"] == "Decide whether this host is measured")
-    templar = role_templar("debian13", **overrides)
-    variables = dict(templar.available_variables, __nccl_gpu=gpu, ansible_check_mode=check_mode, **trust(task_vars))
-    return resolve(templar.copy_with_new_env(available_variables=variables), "__nccl_reason")
+    assert task_vars["__nccl_reason"] == (
+        "{{ __nccl_gpu | dlinfra.gpu_cluster.nccl_skip_reason(nccl_validate_multinode, ansible_check_mode) }}")
+    return nccl_skip_reason(gpu, resolve(role_templar("debian13", **overrides), "nccl_validate_multinode"), check_mode)
 
 
 @pytest.mark.parametrize("gpu, check_mode, overrides, expected", [

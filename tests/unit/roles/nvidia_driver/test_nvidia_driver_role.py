@@ -22,6 +22,7 @@ from ansible.template import Templar
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver import preflight as nvidia_driver_preflight
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.choice import driver_plans
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.swap import other_kernel_packages
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nvidia_driver.ubuntu_modules import precompiled_modules
 from role_vars import platform_file, role_vars, trust
 
@@ -323,7 +324,7 @@ def test_el_enables_the_module_stream_of_the_branch_and_flavour(platform, branch
     assert resolve(templar, "__nvidia_driver_set.module") == "nvidia-driver"
     assert resolve(templar, "__nvidia_driver_set.module_stream") == stream
     assert resolve(templar, "__nvidia_driver_set.kernel[__nvidia_driver_flavor]") == kernel
-    assert resolve(templar, "__nvidia_driver_other_kernel_packages") == (
+    assert other_kernels(templar) == (
         ["kmod-nvidia-latest-dkms"] if flavor == "open" else ["kmod-nvidia-open-dkms"])
 
 
@@ -486,7 +487,7 @@ def test_precompiled_modules_replace_the_dkms_package_and_only_the_running_kerne
         "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
         "linux-modules-nvidia-580-server-open-6.8.0-31-generic"]
     # Both DKMS packages are swapped out, whichever flavour the node had (Ansible's difference filter keeps no order).
-    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+    assert sorted(other_kernels(templar)) == [
         "nvidia-dkms-580-server", "nvidia-dkms-580-server-open"]
 
 
@@ -494,7 +495,7 @@ def test_the_precompiled_modules_of_the_other_flavour_are_swapped_out():
     installed = NOBLE_KERNEL_PACKAGES + ["linux-modules-nvidia-580-server-generic;hi ;",
                                          "linux-modules-nvidia-580-server-6.8.0-31-generic;hi ;"]
     templar = ubuntu_modules(role_templar("ubuntu2404", pci_gpus=["0x2901"] * 8), installed=installed)
-    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+    assert sorted(other_kernels(templar)) == [
         "linux-modules-nvidia-580-server-6.8.0-31-generic", "linux-modules-nvidia-580-server-generic",
         "nvidia-dkms-580-server", "nvidia-dkms-580-server-open"]
 
@@ -508,7 +509,7 @@ def test_without_precompiled_modules_for_the_kernel_dkms_builds_them_as_before()
         "nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server", "nvidia-dkms-580-server"]
     assert swap_args(templar)[-1] == "nvidia-dkms-580-server=580.95.05-1"
     # The precompiled modules a node had go in the same transaction that brings the DKMS package.
-    assert sorted(resolve(templar, "__nvidia_driver_other_kernel_packages")) == [
+    assert sorted(other_kernels(templar)) == [
         "linux-modules-nvidia-580-server-open-generic", "nvidia-dkms-580-server-open"]
 
 
@@ -517,6 +518,17 @@ def test_an_exact_pinned_version_gets_dkms_at_that_version():
                                           package_version="580.82.07-0ubuntu0.24.04.1"))
     assert resolve(templar, "__nvidia_driver_precompiled") is False
     assert swap_args(templar)[-1] == "nvidia-dkms-580-server-open=580.82.07-0ubuntu0.24.04.1"
+
+
+def other_kernels(templar):
+    """The role's __nvidia_driver_other_kernel_packages: its filter call, checked as written, made with the Python the
+    filter wraps on the values the role passes it."""
+    assert " ".join(role_vars(ROLE, "Debian", "12", "Debian")["__nvidia_driver_other_kernel_packages"].split()) == (
+        "{{ __nvidia_driver_set.kernel | dlinfra.gpu_cluster.nvidia_driver_other_kernel_packages(__nvidia_driver_flavor,"
+        " __nvidia_driver_precompiled, (__nvidia_driver_ubuntu_modules | default({})).remove | default([])) }}")
+    return other_kernel_packages(resolve(templar, "__nvidia_driver_set.kernel"), resolve(templar, "__nvidia_driver_flavor"),
+                                 resolve(templar, "__nvidia_driver_precompiled"),
+                                 resolve(templar, "(__nvidia_driver_ubuntu_modules | default({})).remove | default([])"))
 
 
 def swap_args(templar, swap_out=()):

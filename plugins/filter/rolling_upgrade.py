@@ -1,0 +1,19 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rolling_upgrade role's preflight problems: a thin wrapper over plugin_utils/_rolling_upgrade/preflight."""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._rolling_upgrade.preflight import preflight_problems
+
+
+def rolling_upgrade_problems(settings):
+    """One line per problem, empty when all is well (see plugin_utils/_rolling_upgrade/preflight)."""
+    try:
+        return preflight_problems(settings)
+    except (KeyError, ValueError) as error:
+        raise AnsibleFilterError("rolling_upgrade_problems: %s" % error) from error
+
+
+class FilterModule:
+    def filters(self):
+        return {"rolling_upgrade_problems": rolling_upgrade_problems}
