@@ -16,6 +16,7 @@ _SPEC = importlib.util.spec_from_file_location("peer_bench_run", BENCH)
 peer_bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(peer_bench)
 
+
 def _rows(walls, store_ratio=1.0, dataset=100):
     measured = {(count, mode): [{"wall_s": walls[(count, mode)], "store_bytes": int(store_ratio * dataset) if mode == "peer"
                                  else count * dataset, "peer_bytes": 0}] for count in (1, 2, 4) for mode in ("direct", "peer")}

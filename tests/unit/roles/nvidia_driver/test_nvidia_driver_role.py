@@ -365,7 +365,7 @@ def preflight_problems(templar, secure_boot_state=None, mok_files=None):
                                                               for path, exists in mok_files.items()]}
     templar = Templar(loader=DataLoader(), variables=variables)
     return nvidia_driver_preflight.preflight_problems(resolve(templar, "__nvidia_driver_settings"),
-                                                     resolve(templar, "__nvidia_driver_found"))
+                                                      resolve(templar, "__nvidia_driver_found"))
 
 
 @pytest.mark.parametrize("platform, pci_gpus, overrides", [

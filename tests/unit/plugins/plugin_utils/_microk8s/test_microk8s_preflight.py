@@ -70,8 +70,9 @@ def test_each_problem_word_for_word(settings, expected):
 def test_every_problem_is_reported_at_once_in_order():
     lines = problems(major_version="11", channel="edge", join_token="t", cluster_groups=["cluster_a", "cluster_b"],
                      first_head="", addons=["nvidia"], offline_missing=["a.snap"])
-    assert [line.split(" ")[0] for line in lines] == ["Debian", "microk8s_channel=edge", "microk8s_join_token", "the",
-                                                       "cluster", "microk8s_addons", "microk8s_offline_snaps"]
+    assert [line.split(" ")[0] for line in lines] == [
+        "Debian", "microk8s_channel=edge", "microk8s_join_token", "the", "cluster", "microk8s_addons",
+        "microk8s_offline_snaps"]
 
 
 def test_the_filter_names_an_unknown_key():

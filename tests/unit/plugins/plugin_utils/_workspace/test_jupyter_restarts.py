@@ -13,8 +13,8 @@ SKIPPED = {"changed": False, "skipped": True}
 
 def files(*changed):
     """A loop over (user, file) pairs, changed for the users named."""
-    return {"changed": bool(changed), "results": [{"changed": user["name"] in changed, "item": [user, "cert.pem"]}
-                                                   for user in USERS]}
+    results = [{"changed": user["name"] in changed, "item": [user, "cert.pem"]} for user in USERS]
+    return {"changed": bool(changed), "results": results}
 
 
 def tokens(*changed):
