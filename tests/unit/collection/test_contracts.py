@@ -50,3 +50,24 @@ def test_a_role_that_reads_a_shared_value_depends_on_the_gpu_cluster_role():
         dependencies = yaml.safe_load((role / "meta" / "main.yml").read_text()).get("dependencies") or []
         names = [item["role"] if isinstance(item, dict) else item for item in dependencies]
         assert not reads or "dlinfra.gpu_cluster.gpu_cluster" in names, role.name
+
+
+def lines(path):
+    return len(path.read_text().splitlines())
+
+
+def test_actions_are_thin_and_each_util_file_is_read_in_a_sitting():
+    """An action is argument handling and a call (150 lines at most); a util file holds one concern (500 at most)."""
+    actions = {path.name: lines(path) for path in (ROOT / "plugins" / "action").glob("*.py") if lines(path) > 150}
+    utils = {str(path.relative_to(ROOT)): lines(path) for folder in ("plugin_utils", "module_utils")
+             for path in (ROOT / "plugins" / folder).rglob("*.py") if lines(path) > 500}
+    assert (actions, utils) == ({}, {})
+
+
+def test_plugin_utils_holds_private_packages_only():
+    folder = ROOT / "plugins" / "plugin_utils"
+    loose = sorted(path.name for path in folder.glob("*.py") if path.name != "__init__.py")
+    packages = [path for path in folder.iterdir() if path.is_dir() and path.name != "__pycache__"]
+    assert loose == [] and packages
+    assert [path.name for path in packages if not path.name.startswith("_") or not (path / "__init__.py").exists()] == []
+    assert [path.name for path in packages if "Private" not in (path / "__init__.py").read_text()] == []
