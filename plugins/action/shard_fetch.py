@@ -3,9 +3,15 @@
 """shard_fetch's controller half: ship the lists that live on the controller (shards_src, in stream mode streamed_src,
 peer-assisted peer_src) to the node's temporary directory, so the module reads them as shards_file / streamed_file /
 peer_file without the lists becoming managed state. Runs under async too (the role starts every node's fetch at once
-that way): the temporary directory then goes when the module ends."""
+that way): the temporary directory then goes when the module ends.
 
+The secrets (headers, url_password, proxy, peer_token) travel the same way, as a 0600 file (access_file) that the
+module reads and removes as it starts: an async job's payload, which holds the module's arguments, stays on the node's
+disk for the whole fetch."""
+
+import json
 import os
+import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -14,6 +20,7 @@ from ansible.plugins.action import ActionBase
 _SHIPPED = {"shards_src": ("shards_file", ("shards", "shards_file"), "shards.json"),
             "streamed_src": ("streamed_file", ("streamed_file",), "streamed.json"),
             "peer_src": ("peer_file", ("peer_file",), "peer.json")}
+_SECRETS = ("headers", "url_username", "url_password", "proxy", "peer_token")
 
 
 class ActionModule(ActionBase):
@@ -24,7 +31,16 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         module_args = dict(self._task.args)
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        secrets = dict((key, module_args.pop(key)) for key in _SECRETS if module_args.get(key) is not None)
+        local = None
         try:
+            if secrets:
+                if "access_file" in module_args:
+                    raise AnsibleActionFail("shard_fetch: give access_file or %s, not both" % ", ".join(sorted(secrets)))
+                descriptor, local = tempfile.mkstemp(prefix="dlinfra-shard-fetch-access-")  # 0600
+                with os.fdopen(descriptor, "w") as handle:
+                    json.dump(secrets, handle)
+                module_args["access_file"] = self._ship(local, "access.json")
             for option, (module_option, excluded, remote_name) in _SHIPPED.items():
                 source = module_args.pop(option, None)
                 if source is None:
@@ -34,15 +50,21 @@ class ActionModule(ActionBase):
                 source = os.path.abspath(os.path.expanduser(source))
                 if not os.path.isfile(source):
                     raise AnsibleActionFail("shard_fetch: %s %s is not a file on the controller" % (option, source))
-                if self._connection._shell.tmpdir is None:
-                    self._make_tmp_path()
-                remote = self._connection._shell.join_path(self._connection._shell.tmpdir, remote_name)
-                self._transfer_file(source, remote)
-                self._fixup_perms2((self._connection._shell.tmpdir, remote))
-                module_args[module_option] = remote
+                module_args[module_option] = self._ship(source, remote_name)
             result.update(self._execute_module(module_name="dlinfra.gpu_cluster.shard_fetch", module_args=module_args,
                                                task_vars=task_vars, wrap_async=wrap_async))
         finally:
+            if local is not None:
+                os.unlink(local)
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
+
+    def _ship(self, source, remote_name):
+        """source (a file on the controller) copied into the node's temporary directory for this run; its path there."""
+        if self._connection._shell.tmpdir is None:
+            self._make_tmp_path()
+        remote = self._connection._shell.join_path(self._connection._shell.tmpdir, remote_name)
+        self._transfer_file(source, remote)
+        self._fixup_perms2((self._connection._shell.tmpdir, remote))
+        return remote

@@ -230,6 +230,14 @@ options:
       - A PEM bundle of the CA certificates that verify the sources' TLS certificates (a private CA), instead of the
         system's. A certificate that fails verification fails its shards at once, naming the host.
     type: path
+  access_file:
+    description:
+      - A JSON object on the node with any of O(headers), O(url_username), O(url_password), O(proxy) and O(peer_token),
+        which the module reads and removes as it starts. The action plugin writes it (mode 0600, in the node's
+        temporary directory for this run) from those options, so that they are not in an async job's payload, which
+        stays on the node's disk as long as the fetch runs.
+      - Give it or those options, not both.
+    type: path
 notes:
   - Runs on the managed node with the Python standard library only.
   - O(verify=quick) does not notice a staged shard whose bytes were changed in place without a change of
@@ -383,6 +391,9 @@ journal:
   sample: /mnt/ssd/datasets/yt8m/.shard_fetch.journal
 """
 
+import json
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
@@ -456,13 +467,17 @@ def main():
             url_password=dict(type="str", no_log=True),
             proxy=dict(type="str", no_log=True),
             ca_file=dict(type="path"),
+            access_file=dict(type="path"),
         ),
         mutually_exclusive=[("shards", "shards_file", "shards_src")],
         required_one_of=[("shards", "shards_file", "shards_src")],
-        required_by={"peer_file": "peer_token"},
         supports_check_mode=True,
     )
     params = module.params
+    if params["access_file"] is not None:
+        _read_access_file(module, params)
+    if params["peer_file"] is not None and not params["peer_token"]:
+        module.fail_json(msg="missing parameter(s) required by 'peer_file': peer_token")
     if any(params[option] is not None for option in ("shards_src", "streamed_src", "peer_src")):
         module.fail_json(msg="shards_src, streamed_src and peer_src are read on the controller by the shard_fetch action; call the "
                              "module by its name dlinfra.gpu_cluster.shard_fetch, or pass shards_file / streamed_file / peer_file on the node")
@@ -517,6 +532,37 @@ def main():
             module.fail_json(msg="shards are staged in %s but the hand-off lists could not be written: %s" % (params["dest"], exc), **result)
         result["changed"] = result["changed"] or bool(result["handoff_changed"])
     module.exit_json(**result)
+
+
+def _read_access_file(module, params):
+    """The secrets of access_file into params (and into the values the module's output masks); the file is removed
+    first, whatever it holds."""
+    path = params["access_file"]
+    try:
+        with open(path) as handle:
+            os.unlink(path)
+            secrets = json.load(handle)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="access_file %s could not be read: %s" % (path, exc))
+    if not isinstance(secrets, dict) or set(secrets) - set(_SECRETS):
+        module.fail_json(msg="access_file %s must be a JSON object with only %s" % (path, ", ".join(_SECRETS)))
+    given = sorted(key for key in secrets if params[key] is not None)
+    if given:
+        module.fail_json(msg="give access_file or %s, not both" % ", ".join(given))
+    for key, value in secrets.items():
+        params[key] = value
+        if key != "url_username":
+            module.no_log_values.update(_texts(value))
+
+
+def _texts(value):
+    """Every text in value (a header mapping's values, or one string): what the module's output must not show."""
+    if isinstance(value, dict):
+        return set(str(item) for item in value.values() if item)
+    return set([str(value)]) if value else set()
+
+
+_SECRETS = ("headers", "url_username", "url_password", "proxy", "peer_token")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 """The shard_staging role run for real by ansible-playbook -vvv (two targets on local connections) against a store that
 wants HTTP Basic credentials, given as user info in the source URL, with one shard missing there: the play fails on that
 shard only, the store received the Authorization header on every request, and the password appears nowhere: not in the
--vvv output, not in any file under the nodes' dest, not in the controller's plan or lists."""
+-vvv output, not in any file under the nodes' dest, not in the controller's plan or lists, and not in any file under the
+nodes' remote temporary and async directories, looked at while the fetch runs (from the store, as it answers) and
+after it."""
 import base64
 import hashlib
 import json
@@ -33,6 +35,8 @@ class _PrivateStore(BaseHTTPRequestHandler):
         self.server.authorizations.append(self.headers.get("Authorization"))
         data = self.server.blobs.get(self.path.split("?")[0])
         status = 401 if self.headers.get("Authorization") != self.server.expected else (200 if data is not None else 404)
+        if self.command == "GET":  # the fetch is running: what its node's Ansible directories hold now
+            self.server.seen_during.update(path for root in self.server.watched for path in _holding(root, self.server.secret))
         self.send_response(status)
         if status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="store"')
@@ -67,6 +71,8 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
     server.expected = "Basic " + base64.b64encode(("reader:" + SECRET).encode()).decode()
     server.authorizations = []
     server.blobs = {}
+    server.secret, server.seen_during = SECRET, set()
+    server.watched = [tmp_path / "remote_tmp", tmp_path / "async"]
     index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "ds", "shardlist": []}
     base = "http://127.0.0.1:%d" % server.server_address[1]
     for number in range(6):
@@ -86,7 +92,8 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
                     "shard_staging_poll_interval: 1, shard_staging_retries: 0}\n" % (i, tmp_path, i)
                     for i in range(2))
     (tmp_path / "hosts.yml").write_text("stage_targets:\n  hosts:\n" + hosts)
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_COLLECTIONS_PATH=str(REPO_ROOT / "collections"),
+               ANSIBLE_REMOTE_TMP=str(tmp_path / "remote_tmp"), ANSIBLE_ASYNC_DIR=str(tmp_path / "async"))
     command = [sys.executable, "-m", "ansible", "playbook", "-vvv", "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")]
     try:
         play = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -117,3 +124,9 @@ def test_a_private_store_gets_its_credentials_and_they_appear_nowhere(tmp_path):
     assert _holding(tmp_path / "n0", SECRET) == [] and _holding(tmp_path / "n1", SECRET) == []
     assert _holding(tmp_path / ".shard_staging", SECRET) == []  # the plan and the lists, beside the inventory
     assert server.authorizations and set(server.authorizations) == {server.expected}
+    # The async job's payload (its module arguments) lives as long as the fetch: the credentials are not in it. They
+    # come in access.json (0600), which a node's fetch removes as it starts; the two nodes share one temporary directory
+    # here, so one node's may be seen while the other's fetch runs.
+    assert (tmp_path / "async").is_dir()
+    assert [path for path in server.seen_during if os.path.basename(path) != "access.json"] == []
+    assert [path for root in server.watched for path in _holding(root, SECRET)] == []

@@ -172,3 +172,39 @@ def test_credentials_are_never_in_the_module_output(tmp_path, capsys, monkeypatc
     assert result["_exit_code"] == 1 and result["fetched"] == 3
     assert [failure["name"] for failure in result["failed_shards"]] == ["gone.tar"]
     assert secret not in json.dumps(result)
+
+
+def test_secrets_come_from_an_access_file_that_is_gone_once_read(tmp_path, capsys, monkeypatch, source):
+    """The action ships headers, url_password, proxy and peer_token as access_file, out of the async job's payload."""
+    secret = "f1le-s3cret"
+    access = tmp_path / "access.json"
+    access.write_text(json.dumps({"url_username": "reader", "url_password": secret, "headers": {"X-Api-Key": secret},
+                                  "proxy": "http://u:%s@127.0.0.1:9" % secret}))
+    seen = {}
+
+    def stage(*args, **kwargs):
+        seen.update(kwargs["source_access"], access_exists=access.exists())
+        raise shard_fetch.StagingError("stopped here, with %s in the message" % secret)
+
+    monkeypatch.setattr(shard_fetch, "stage", stage)
+    result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source, access_file=str(access)))
+    assert seen == {"url_username": "reader", "url_password": secret, "headers": {"X-Api-Key": secret},
+                    "proxy": "http://u:%s@127.0.0.1:9" % secret, "ca_file": None, "access_exists": False}
+    assert result["_exit_code"] == 1 and secret not in json.dumps(result)
+
+
+@pytest.mark.parametrize("content, extra, message", [
+    ('{"url_password": "x"}', {"url_password": "y"}, "give access_file or url_password, not both"),
+    ('{"password": "x"}', {}, "must be a JSON object with only headers, url_username, url_password, proxy, peer_token"),
+    ("{half", {}, "could not be read"),
+])
+def test_a_bad_access_file_fails_naming_it_and_is_removed(tmp_path, capsys, monkeypatch, source, content, extra, message):
+    access = tmp_path / "access.json"
+    access.write_text(content)
+    result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source, access_file=str(access), **extra))
+    assert result["_exit_code"] == 1 and message in result["msg"] and not access.exists()
+
+
+def test_a_peer_file_needs_a_token_from_the_arguments_or_the_access_file(tmp_path, capsys, monkeypatch, source):
+    result = run_module(capsys, monkeypatch, dict(dest=str(tmp_path / "dest"), shards=source, peer_file="/x/peer.json"))
+    assert result["_exit_code"] == 1 and "required by 'peer_file': peer_token" in result["msg"]
