@@ -69,19 +69,7 @@ def test_a_cluster_starts_from_a_plan_written_before_plans_were_per_cluster_wher
     assert fresh["changed"] is True and fresh["_before"] == "dataset ds: no plan yet"
 
 
-def signed_shards(signature):
-    return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
-             "size": 100, "sha256": "%064x" % i} for i in range(4)]
-
-
-def plan_signed(tmp_path, signature):
-    """Plan four signed shards over two nodes in tmp_path."""
-    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
-    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    return plan_dataset(settings, signed_shards(signature), nodes, str(tmp_path), {}, check_mode=False)
-
-
-def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path):
+def test_signed_urls_reach_the_node_lists_only_and_a_new_signature_is_no_change(tmp_path, plan_signed):
     first = plan_signed(tmp_path, "c0ffee01")
     plan_text = (tmp_path / "ds.plan.json").read_text()
     assert "c0ffee01" not in plan_text and "X-Amz-Signature=***" in plan_text

@@ -6,7 +6,6 @@ import os
 import pathlib
 import time
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.cluster_plans import plan_dataset
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.list_store import LIST_KEEP_SECONDS, prune_lists, write_list
 
 
@@ -18,19 +17,7 @@ def test_node_lists_are_stored_by_content(tmp_path):
     assert json.loads(pathlib.Path(first).read_text()) == [{"name": "a.tar", "sha256": None, "size": 1, "url": "u"}]
 
 
-def signed_shards(signature):
-    return [{"name": "s-%d.tar" % i, "url": "https://store/s-%d.tar?X-Amz-Expires=600&X-Amz-Signature=%s" % (i, signature),
-             "size": 100, "sha256": "%064x" % i} for i in range(4)]
-
-
-def plan_signed(tmp_path, signature):
-    """Plan four signed shards over two nodes in tmp_path."""
-    nodes = {"n%d" % i: {"free_bytes": 10 ** 6, "held_bytes": 0, "total_bytes": 10 ** 6} for i in range(2)}
-    settings = {"name": "ds", "mode": "partition", "replicas": 1, "headroom": 0.0, "peer_assist": False}
-    return plan_dataset(settings, signed_shards(signature), nodes, str(tmp_path), {}, check_mode=False)
-
-
-def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kept(tmp_path):
+def test_lists_no_run_names_for_an_hour_are_pruned_and_a_list_named_again_is_kept(tmp_path, plan_signed):
     old = set(plan_signed(tmp_path, "old")["lists"].values())
     stale = time.time() - LIST_KEEP_SECONDS - 10
     for path in old:
