@@ -113,7 +113,9 @@ def check_role(role, write):
     specs = load(role / "meta" / "argument_specs.yml")
     if not specs:
         return ["%s: meta/argument_specs.yml is missing" % role.name]
-    options = specs["argument_specs"]["main"].get("options", {})
+    entries = specs["argument_specs"]
+    # main, or the one entry of a role that only defines values (gpu_cluster: no task validates them where it is a dependency)
+    options = (entries.get("main") or next(iter(entries.values()))).get("options", {})
     defaults = load(role / "defaults" / "main.yml") or {}
     for name in sorted(set(defaults) - set(options)):
         problems.append("%s: defaults/main.yml sets %s, which meta/argument_specs.yml does not describe" % (role.name, name))
