@@ -74,7 +74,7 @@ class ActionModule(ActionBase):
         return result
 
     def _watch(self, task_vars, host, args, board):
-        return Watch(lambda dest, run_id: self._read_progress(dest, run_id, task_vars), lambda line: display.display(line),
+        return Watch(lambda dest, run_id: self._read_progress(dest, run_id, task_vars), display.display,
                      host, args, board)
 
     def _async_dir(self):
