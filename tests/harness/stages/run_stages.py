@@ -126,6 +126,13 @@ def planned(step):
     return AT_ONCE, [[(stage[0], 0.0) for stage in (m[1] if holds_stages(m[1]) else [m])] for m in command]
 
 
+def stamp_lines(source, out, started):
+    """Copy a stage's output (bytes) to its log, each line after the seconds since started: `  12.3| line`."""
+    for line in source:
+        out.write("%6.1f| %s" % (time.monotonic() - started, line.decode("utf-8", "replace")))
+        out.flush()
+
+
 def cpu_times():
     """(busy, total) jiffies of the whole machine since boot, from /proc/stat (idle and iowait count as idle)."""
     fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -258,11 +265,16 @@ class Guard(object):
             threading.Thread(target=signal_all, daemon=True).start()
 
     def call(self, name, command, env, out):
-        """Run one stage's command in its own process group, so that the guard can stop it with what it started."""
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        """Run one stage's command in its own process group, so that the guard can stop it with what it started. With
+        out (a group's stage), each line of its output goes there stamped with the seconds since the stage started, so
+        that a log shows where a stage's time went."""
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=None if out is None else subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
         self.running[name] = (process, time.monotonic())
         try:
+            if out is not None:
+                stamp_lines(process.stdout, out, self.running[name][1])
             return process.wait()
         finally:
             del self.running[name]
@@ -312,7 +324,8 @@ def main(argv):
         return 0
     only = [name for name in argv[argv.index("--only") + 1:] if name != "--record"] if "--only" in argv else []
     env = dict(os.environ, PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")),
-               PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1")
+               PY_COLORS="0", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", NO_COLOR="1",
+               PYTHONUNBUFFERED="1")  # a stage's lines stamped as they are written, not when a buffer fills
     steps = chosen_steps(only)
     GUARD.start()
     results = []
