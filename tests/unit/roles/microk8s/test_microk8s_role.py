@@ -274,12 +274,13 @@ def test_the_kubeconfig_on_the_controller_is_recorded_where_the_role_writes_it()
 
 # kubetpl on the heads -------------------------------------------------------------------------------------------
 
-KUBETPL_FILES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__microk8s_kubetpl_module_utils"]
+KUBETPL_MODULES = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__microk8s_kubetpl_modules"]
 
 
-def test_the_role_copies_every_module_kubetpl_imports():
-    assert len(KUBETPL_FILES) == len(set(KUBETPL_FILES))
-    assert sorted(KUBETPL_FILES) == sorted(imported_closure("kubetpl.py"))
+def test_kubetpl_carries_every_module_it_imports_under_its_name():
+    assert sorted(KUBETPL_MODULES.values()) == sorted(imported_closure("kubetpl.py"))
+    for module, file in KUBETPL_MODULES.items():
+        assert module == file[:-len(".py")].replace("/__init__", "").replace("/", ".")
 
 
 def test_kubetpl_reads_the_worlds_where_shard_staging_writes_them():
@@ -288,21 +289,19 @@ def test_kubetpl_reads_the_worlds_where_shard_staging_writes_them():
     assert staging["shard_staging_worlds_dir"] == defaults["microk8s_kubetpl_worlds_dir"] == DEFAULT_WORLDS_DIR
 
 
+@pytest.mark.usefixtures("ansible_plugin_loader")  # the template reads the sources with a lookup
 def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
-    """The role's layout on a head, built as its tasks build it: the listed modules under their import path and the
-    command from its template, run through its own first line."""
-    lib, worlds = tmp_path / "lib", tmp_path / "worlds"
-    templar = role_templar("head-a1", __microk8s_kubetpl_python=sys.executable, __microk8s_kubetpl_lib_dir=str(lib),
-                           microk8s_kubetpl_worlds_dir=str(worlds))
-    target = pathlib.Path(resolve(templar, "__microk8s_kubetpl_module_utils_dir"))
-    for relative in KUBETPL_FILES:
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        (target / relative).write_bytes((MODULE_UTILS / relative).read_bytes())
+    """The command from its template, as the role writes it on a head, run through its own first line in a directory
+    that holds no collection: the code it runs is what it carries."""
+    worlds = tmp_path / "worlds"
+    templar = role_templar("head-a1", __microk8s_kubetpl_python=sys.executable, microk8s_kubetpl_worlds_dir=str(worlds),
+                           role_path=str(ROLE))
     command = tmp_path / "kubetpl"
     command.write_text(templar.template(trust((ROLE / "templates" / "kubetpl.j2").read_text())))
     command.chmod(0o755)
-    assert command.read_text().startswith("#!/bin/sh\n")
-    assert "exec %s -I -c " % sys.executable in command.read_text()
+    assert command.read_text().startswith("#!%s -I\n" % sys.executable)
+    for file in KUBETPL_MODULES.values():
+        assert json.dumps((MODULE_UTILS / file).read_text()) in command.read_text()
 
     done = subprocess.run([str(command), "job", "-G", "1", "-c", "nvidia-smi"], capture_output=True, text=True,
                           check=True, cwd=tmp_path, timeout=60)
@@ -325,5 +324,5 @@ def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
 def test_kubetpl_is_recorded_on_the_heads_only():
     head = resolve(role_templar("head-a2"), "__microk8s_managed_paths")
     assert "/usr/local/bin/kubetpl" in head
-    assert "/usr/local/lib/dlinfra-kubetpl/ansible_collections/dlinfra/gpu_cluster/plugins/module_utils/kubetpl.py" in head
+    assert not [path for path in head if path.startswith("/usr/local/lib/dlinfra-kubetpl")]
     assert not [path for path in resolve(role_templar("dgx01"), "__microk8s_managed_paths") if "kubetpl" in path]
