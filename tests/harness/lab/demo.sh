@@ -7,7 +7,7 @@
 #                    collection's dlinfra.gpu_cluster.site) configures the lab from there.
 #   demo.sh up       lab, then site.yml with the per-host role summary, then the report, then validate.yml (the
 #                    acceptance report under .cache/demo/validate/), then train.yml on the lab's dataset, then the
-#                    workspace: Jupyter Lab and a VNC desktop for a user of the GPU nodes (demo.sh workspace alone)
+#                    workspace: Jupyter Lab and a VNC desktop for a user of sim-gpu1 (demo.sh workspace alone)
 #   demo.sh report   what the lab holds: Kubernetes nodes, staged datasets, conda environments, a GPU job dry run
 #   demo.sh down     remove the lab (containers, networks, the MicroK8s test double's shared state)
 #   demo.sh attempts (air-gapped lab) the nodes' outbound attempts the store recorded; exit 1 if there are any
@@ -33,6 +33,7 @@ internal=dlinfra-sim-internal
 double_state=dlinfra-sim-microk8s-test-double
 cache=.cache/demo
 mkdir -p "$cache/logs"
+workspace_hosts=tests/fixtures/workspace_hosts.yml
 
 # host, image (demo_image) and kind (store: in the group dataset_store; node), one host a line, read from the inventory.
 # The air-gapped lab lists the store first: the nodes start with its address as their DNS upstream.
@@ -162,8 +163,17 @@ lab() {
   quietly "$cache/logs/lab.log" "${fixtures[@]}"
 }
 
+# A lab whose workspace step ran (sim-gpu1 has its user) keeps the workspace's inventory: a second make demo then
+# runs with the configuration the first one ended with, and changes nothing.
 site() {
-  ANSIBLE_CALLBACKS_ENABLED=dlinfra.gpu_cluster.role_summary ansible-playbook site.yml "${inventory[@]}"
+  local workspace=()
+  docker exec sim-gpu1 id -u "$(workspace_user)" >/dev/null 2>&1 && workspace=(-i "$workspace_hosts")
+  ANSIBLE_CALLBACKS_ENABLED=dlinfra.gpu_cluster.role_summary ansible-playbook site.yml "${inventory[@]}" "${workspace[@]}"
+}
+
+workspace_user() {
+  python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["all"]["hosts"]["sim-gpu1"]["workspace_user"])' \
+    "$workspace_hosts"
 }
 
 attempts() {
@@ -193,24 +203,25 @@ train() {
   echo "demo: each rank's journal: docker exec sim-gpu1 journalctl -u 'dlinfra-train-yt8m-mini-rank-*'"
 }
 
-# Where people work: Jupyter Lab and a VNC desktop for a user of the GPU nodes (tests/fixtures/workspace.yml), on their
-# loopback only; Jupyter's pinned wheels come from an index on the store, as a site without PyPI would serve them.
+# Where people work: Jupyter Lab and a VNC desktop for a user of sim-gpu1 (tests/fixtures/workspace_hosts.yml, an
+# inventory source with its variables), on its loopback only; Jupyter's pinned wheels come from an index on the store,
+# as a site without PyPI would serve them.
 workspace() {
+  local user
+  user=$(workspace_user)
   echo
-  echo "demo: Jupyter Lab and a VNC desktop for alice on the GPU nodes, listening on their loopback only"
+  echo "demo: Jupyter Lab and a VNC desktop for $user on sim-gpu1, listening on its loopback only"
   .venv/bin/python tests/harness/lab/jupyter_index.py "$cache/pypi" --python-version 3.13 >/dev/null
   docker exec sim-store mkdir -p /var/www/html/pypi
   docker cp "$cache/pypi/." sim-store:/var/www/html/pypi
-  for node in sim-gpu1 sim-gpu2; do
-    docker exec "$node" sh -c 'id -u alice >/dev/null 2>&1 || useradd --create-home --shell /bin/bash alice'
-    # The driver's Debian packages select NVIDIA's GLX alternative, which holds no libGL without NVIDIA's GLX package;
-    # Xtigervnc links libGL. The lab's GPU nodes take Mesa's.
-    docker exec "$node" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 \
-      libglx-mesa0 >/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null'
-  done
-  quietly "$cache/logs/workspace.log" site.yml --limit cluster_sim -e @tests/fixtures/workspace.yml
-  echo "demo: on a real cluster: ssh -L 8888:localhost:8888 -L 5901:localhost:5901 alice@NODE, then open"
-  echo "  http://localhost:8888/lab?token=TOKEN and a VNC viewer on localhost:5901 (token, password: tests/fixtures/workspace.yml)"
+  docker exec sim-gpu1 sh -c "id -u $user >/dev/null 2>&1 || useradd --create-home --shell /bin/bash $user"
+  # The driver's Debian packages select NVIDIA's GLX alternative, which holds no libGL without NVIDIA's GLX package;
+  # Xtigervnc links libGL. The lab's GPU nodes take Mesa's.
+  docker exec sim-gpu1 sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 \
+    libglx-mesa0 >/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null'
+  quietly "$cache/logs/workspace.log" site.yml --limit cluster_sim -i "$workspace_hosts"
+  echo "demo: on a real cluster: ssh -L 8888:localhost:8888 -L 5901:localhost:5901 $user@NODE, then open"
+  echo "  http://localhost:8888/lab?token=TOKEN and a VNC viewer on localhost:5901 (token, password: $workspace_hosts)"
   echo "demo: in the lab: docker exec sim-gpu1 curl -s -H 'Authorization: token TOKEN' http://127.0.0.1:8888/api/kernelspecs"
 }
 

@@ -1,7 +1,7 @@
 """The `workspace` stage of make test: where people work, on the lab the stages before left converged (sim-gpu1).
 
-  1. the workspace of tests/fixtures/workspace.yml set up by site.yml on the cluster (--limit cluster_sim: both GPU
-     nodes get it), for a user the lab creates: Jupyter Lab from the anaconda prefix, its pinned wheels
+  1. the workspace of tests/fixtures/workspace_hosts.yml (an inventory source: sim-gpu1's variables) set up by site.yml
+     on the cluster (--limit cluster_sim: its head plans for all its GPU nodes), for a user the lab creates: Jupyter Lab from the anaconda prefix, its pinned wheels
      through an index on the store (tests/harness/lab/jupyter_index.py, as a site without PyPI would serve them), and a
      TigerVNC desktop; a second run changes nothing;
   2. from another lab host (sim-head, standing for the user's machine), through the SSH tunnel the README gives
@@ -29,7 +29,8 @@ CLIENT = SCANNER  # the user's machine: the tunnel's near end
 TUNNEL_KEY = "/root/.ssh/workspace_lab"
 LOCAL_OFFSET = 10000  # the tunnel's ports on CLIENT: 18888 for 8888, 15901 for 5901 (a head may run its own Jupyter)
 GPU_NODES = ("sim-gpu1", "sim-gpu2")  # site.yml runs on the whole cluster (its head plans for all its GPU nodes)
-SETTINGS = yaml.safe_load((ROOT / "tests" / "fixtures" / "workspace.yml").read_text())
+WORKSPACE_HOSTS = ROOT / "tests" / "fixtures" / "workspace_hosts.yml"
+SETTINGS = yaml.safe_load(WORKSPACE_HOSTS.read_text())["all"]["hosts"][NODE]
 USER = SETTINGS["workspace_user"]
 JUPYTER_PORT = SETTINGS["anaconda_jupyter_users"][0]["port"]
 TOKEN = SETTINGS["anaconda_jupyter_users"][0]["token"]
@@ -45,25 +46,24 @@ def copy_to(host, source, dest):
 
 
 def converge(name):
-    """site.yml with the workspace's settings, on the cluster (as a site turns them on); the GPU nodes' changed count."""
+    """site.yml with the workspace's inventory, on the cluster (as a site turns it on); each GPU node's changed count."""
     log = WORK / (name + ".log")
     began = time.monotonic()
     with open(log, "w") as out:
         code = subprocess.call(
-            ["ansible-playbook", "site.yml", "-i", str(USER_INVENTORY),
+            ["ansible-playbook", "site.yml", "-i", str(USER_INVENTORY), "-i", str(WORKSPACE_HOSTS),
              "--limit", "cluster_sim", "-e", "demo_cache_dir=%s" % (ROOT / ".cache" / "demo"),
-             "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments"),
-             "-e", "@" + str(ROOT / "tests" / "fixtures" / "workspace.yml")],
+             "-e", "environment_fixture_dir=%s" % (ROOT / "tests" / "fixtures" / "environments")],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     text = log.read_text()
-    changed = [int(part.split("=")[1]) for line in text.splitlines() if line.split(" ", 1)[0] in GPU_NODES
-               for part in line.split() if part.startswith("changed=")]
+    changed = {line.split(" ", 1)[0]: int(part.split("=")[1]) for line in text.splitlines()
+               if line.split(" ", 1)[0] in GPU_NODES for part in line.split() if part.startswith("changed=")}
     print("workspace-lab: run %s: exit %d in %.0f s, changed=%s (log %s)"
           % (name, code, time.monotonic() - began, changed, log), flush=True)
     if code != 0:
         print(text[-5000:])
         fail("run %s exited %d" % (name, code))
-    return sum(changed)
+    return changed
 
 
 def open_tunnel():
@@ -118,21 +118,23 @@ def main():
         fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
     WORK.mkdir(parents=True, exist_ok=True)
 
-    step("1. Jupyter and a desktop for %s on the GPU nodes, the wheels from the store's index" % USER)
+    step("1. Jupyter and a desktop for %s on %s, the wheels from the store's index" % (USER, NODE))
     index = WORK / "pypi"
     subprocess.run(["python", str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"), str(index),
                     "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
     copy_to(STORE, index, "/var/www/html/pypi")
-    for node in GPU_NODES:
-        sh(node, "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (USER, USER))
-        # The driver's Debian packages divert Mesa's libGL and select NVIDIA's GLX alternative, which holds no libGL
-        # without NVIDIA's GLX package; Xtigervnc links libGL (the remote_desktop role stops naming this). The lab's
-        # GPU nodes, which have no GPU to render with, take Mesa's.
-        sh(node, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 libglx-mesa0 "
-                 ">/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null")
-    converge("first")
-    if converge("again"):
-        fail("the second run changed something on %s (log %s)" % (NODE, WORK / "again.log"))
+    sh(NODE, "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (USER, USER))
+    # The driver's Debian packages divert Mesa's libGL and select NVIDIA's GLX alternative, which holds no libGL without
+    # NVIDIA's GLX package; Xtigervnc links libGL (the remote_desktop role stops naming this). The lab's GPU nodes, which
+    # have no GPU to render with, take Mesa's.
+    sh(NODE, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 libglx-mesa0 "
+             ">/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null")
+    first = converge("first")
+    if not first.get(NODE) or any(first.get(node) != 0 for node in GPU_NODES if node != NODE):
+        fail("the first run should change %s only (its inventory's workspace), it changed %s (log %s)"
+             % (NODE, first, WORK / "first.log"))
+    if any(converge("again").values()):
+        fail("the second run changed something (log %s)" % (WORK / "again.log"))
 
     step("2. Jupyter and the desktop through an SSH tunnel from %s, with their secrets only" % CLIENT)
     open_tunnel()
