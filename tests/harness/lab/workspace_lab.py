@@ -1,9 +1,10 @@
 """The `workspace` stage of make test: where people work, on the lab the stages before left converged (sim-gpu1).
 
   1. the workspace of tests/fixtures/workspace_hosts.yml (an inventory source: sim-gpu1's variables) set up by site.yml
-     on the cluster (--limit cluster_sim: its head plans for all its GPU nodes), for a user the lab creates: Jupyter Lab from the anaconda prefix, its pinned wheels
-     through an index on the store (tests/harness/lab/jupyter_index.py, as a site without PyPI would serve them), and a
-     TigerVNC desktop; a second run changes nothing;
+     on the cluster (--limit cluster_sim: its head plans for all its GPU nodes), for a user the lab creates, changing
+     sim-gpu1 only: Jupyter Lab from the anaconda prefix, its pinned wheels through an index on the store
+     (tests/harness/lab/jupyter_index.py, as a site without PyPI would serve them), and a TigerVNC desktop; a second run
+     changes nothing;
   2. from another lab host (sim-head, standing for the user's machine), through the SSH tunnel the README gives
      (`ssh -L 8888:localhost:8888 -L 5901:localhost:5901 alice@NODE`, to the node's sshd with alice's key): Jupyter's
      API refuses a request without the token and answers with it, listing the kernel of the lab's conda environment

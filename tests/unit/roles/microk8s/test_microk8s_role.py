@@ -299,7 +299,8 @@ def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
     command = tmp_path / "kubetpl"
     command.write_text(templar.template(trust((ROLE / "templates" / "kubetpl.j2").read_text())))
     command.chmod(0o755)
-    assert command.read_text().startswith("#!%s -I\n" % sys.executable)
+    assert command.read_text().startswith("#!/bin/sh\n")
+    assert '\n"exec" "%s" "-I" "$0" "$@"\n' % sys.executable in command.read_text()
     for file in KUBETPL_MODULES.values():
         assert json.dumps((MODULE_UTILS / file).read_text()) in command.read_text()
 
