@@ -15,12 +15,12 @@ import tempfile
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ACCESS_OPTIONS
 
 # controller option -> (module option, the options it excludes, file name in the node's temporary directory)
 _SHIPPED = {"shards_src": ("shards_file", ("shards", "shards_file"), "shards.json"),
             "streamed_src": ("streamed_file", ("streamed_file",), "streamed.json"),
             "peer_src": ("peer_file", ("peer_file",), "peer.json")}
-_SECRETS = ("headers", "url_username", "url_password", "proxy", "peer_token")
 
 
 class ActionModule(ActionBase):
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         module_args = dict(self._task.args)
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        secrets = dict((key, module_args.pop(key)) for key in _SECRETS if module_args.get(key) is not None)
+        secrets = dict((key, module_args.pop(key)) for key in ACCESS_OPTIONS if module_args.get(key) is not None)
         local = None
         try:
             if secrets:

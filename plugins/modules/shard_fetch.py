@@ -397,7 +397,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.errors import StagingError
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.handoff import write_handoff
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import ShardListFile, load_peer_file, load_shards_file, normalize_shards
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.input import (
+    ACCESS_OPTIONS, ShardListFile, load_peer_file, load_shards_file, normalize_shards)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._staging.transfer import stage
 
 FAILURES_IN_MESSAGE = 20
@@ -544,8 +545,8 @@ def _read_access_file(module, params):
             secrets = json.load(handle)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="access_file %s could not be read: %s" % (path, exc))
-    if not isinstance(secrets, dict) or set(secrets) - set(_SECRETS):
-        module.fail_json(msg="access_file %s must be a JSON object with only %s" % (path, ", ".join(_SECRETS)))
+    if not isinstance(secrets, dict) or set(secrets) - set(ACCESS_OPTIONS):
+        module.fail_json(msg="access_file %s must be a JSON object with only %s" % (path, ", ".join(ACCESS_OPTIONS)))
     given = sorted(key for key in secrets if params[key] is not None)
     if given:
         module.fail_json(msg="give access_file or %s, not both" % ", ".join(given))
@@ -560,9 +561,6 @@ def _texts(value):
     if isinstance(value, dict):
         return set(str(item) for item in value.values() if item)
     return set([str(value)]) if value else set()
-
-
-_SECRETS = ("headers", "url_username", "url_password", "proxy", "peer_token")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ _URL_PREFIXES = ("http://", "https://", "file://")
 _SHARD_KEYS = frozenset(("name", "url", "size", "sha256", "samples", "rank"))
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 VERIFY_CHOICES = ("quick", "full")
+# The options that reach the node in access_file (a 0600 file the module reads and removes), never in its arguments:
+# shard_fetch's action moves them there.
+ACCESS_OPTIONS = ("headers", "url_username", "url_password", "proxy", "peer_token")
 
 
 class Shard(object):
