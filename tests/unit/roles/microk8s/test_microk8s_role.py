@@ -9,6 +9,7 @@ Kubernetes schemas of the pinned minor (microk8s_channel) with kubernetes-valida
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import pathlib
 import re
@@ -28,6 +29,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._staging_plan.
 from role_vars import defaults, MODULE_UTILS, imported_closure, load, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "microk8s"
+pytestmark = pytest.mark.usefixtures("ansible_plugin_loader")  # the inputs and kubetpl's template read files with lookups
 MANIFESTS = sorted(p.name for p in (ROLE / "templates").glob("*.yml.j2"))
 GROUPS = {
     "all": ["head-a1", "head-a2", "head-a3", "dgx01", "head-b1", "cpu01", "lonely"],
@@ -49,6 +51,7 @@ def role_templar(host="dgx01", **overrides):
     variables.update(load(ROLE / "vars" / "main.yml"))
     variables.update({
         "playbook_dir": "/srv/playbooks",
+        "role_path": str(ROLE),
         "inventory_hostname": host,
         "group_names": sorted(g for g, hosts in GROUPS.items() if host in hosts and g != "all"),
         "groups": GROUPS,
@@ -289,7 +292,6 @@ def test_kubetpl_reads_the_worlds_where_shard_staging_writes_them():
     assert staging["shard_staging_worlds_dir"] == defaults["microk8s_kubetpl_worlds_dir"] == DEFAULT_WORLDS_DIR
 
 
-@pytest.mark.usefixtures("ansible_plugin_loader")  # the template reads the sources with a lookup
 def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
     """The command from its template, as the role writes it on a head, run through its own first line in a directory
     that holds no collection: the code it runs is what it carries."""
@@ -320,6 +322,14 @@ def test_the_installed_kubetpl_runs_the_collections_code(tmp_path):
                           check=True, cwd=tmp_path, timeout=60)
     jobs = json.loads(done.stdout)["items"][1:]
     assert [job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for job in jobs] == ["gpu1", "gpu2"]
+
+
+def test_a_head_runs_in_full_when_a_module_kubetpl_carries_changes():
+    files = list(KUBETPL_MODULES.values()) + ["carried_sources.py"]
+    # the file lookup strips the trailing newline
+    assert inputs("head-a1")["kubetpl"] == [
+        hashlib.sha256((MODULE_UTILS / file).read_text().rstrip().encode()).hexdigest() for file in files]
+    assert inputs("dgx01")["kubetpl"] == [] == inputs("head-a1", microk8s_kubetpl=False)["kubetpl"]
 
 
 def test_kubetpl_is_recorded_on_the_heads_only():
