@@ -12,10 +12,10 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.sc
     alertmanagers, dcgm_targets_in, prometheus_config, retention_problem, scrape_servers)
 
 
-def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None):
+def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None, tls_found=None):
     if not isinstance(settings, dict):
         raise AnsibleFilterError("gpu_monitoring_problems expects the role's settings as a mapping")
-    return preflight_problems(settings, host, list(ss_lines or []), ss_error or None)
+    return preflight_problems(settings, host, list(ss_lines or []), ss_error or None, dict(tls_found or {}))
 
 
 def gpu_monitoring_scrape_plan(hosts, groups, settings):

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.tls import certificate_problems
+
 MIN_INTERVAL_S = 5
+# What node exporter's and Prometheus' web configuration takes in basic_auth_users (exporter-toolkit: bcrypt only).
+BCRYPT = re.compile(r"^\$2[aby]?\$\d{2}\$[./A-Za-z0-9]{53}$")
+TLS_NAMES = {"cert": "gpu_monitoring_tls_certfile", "key": "gpu_monitoring_tls_keyfile", "ca": "gpu_monitoring_tls_cafile"}
+HASH_HOW = "htpasswd -nbBC 10 \"\" 'PASSWORD' | tr -d ':\\n'"
 # ss -Hltnpe: State Recv-Q Send-Q Local-Address:Port Peer-Address:Port Process, then uid:N ino:N ... The process
 # column needs ptrace rights over the listener (root without CAP_SYS_PTRACE, in a container, sees none); the uid
 # that owns the socket is always there.
@@ -39,16 +45,50 @@ def _seconds(value):
     return number if number > 0 else None
 
 
-def preflight_problems(settings, host, ss_lines=None, ss_error=None):
+def web_problems(settings, host, tls_found=None):
+    """'HOST: WHAT; fix: HOW' for the settings of who may read node exporter and Prometheus; [] when web_open.
+
+    settings: web_open, tls_certfile, tls_keyfile, tls_cafile, web_username, web_password, web_password_hash.
+    tls_found: what preflight read of the three files (plugin_utils/_common/tls.py), when all three are set.
+    """
+    if settings.get("web_open"):
+        return []
+    problems = []
+    names = ("tls_certfile", "tls_keyfile", "tls_cafile", "web_username", "web_password", "web_password_hash")
+    unset = ["gpu_monitoring_" + name for name in names if not str(settings.get(name) or "").strip()]
+    if unset:
+        problems.append("%s: %s not set, and node exporter and Prometheus answer only over TLS with a password; fix: "
+                        "set them (the password from a vault, its hash from %s), or set gpu_monitoring_web_open: true "
+                        "where nothing but the cluster reaches their ports" % (host, ", ".join(unset) + (
+                            " is" if len(unset) == 1 else " are"), HASH_HOW))
+    password, password_hash = str(settings.get("web_password") or ""), str(settings.get("web_password_hash") or "")
+    if password and BCRYPT.match(password):
+        problems.append("%s: gpu_monitoring_web_password is a bcrypt hash; fix: give the password itself there (Prometheus "
+                        "scrapes with it) and its hash in gpu_monitoring_web_password_hash" % host)
+    if password_hash and not BCRYPT.match(password_hash):
+        problems.append("%s: gpu_monitoring_web_password_hash is not a bcrypt hash (node exporter and Prometheus take no "
+                        "other)%s; fix: give the output of %s" % (
+                            host, ", it looks like the password itself" if password_hash == password else "", HASH_HOW))
+    if ":" in str(settings.get("web_username") or ""):
+        problems.append("%s: gpu_monitoring_web_username %r has a colon, which basic auth cannot carry; fix: choose a "
+                        "name without one" % (host, settings["web_username"]))
+    paths = {"cert": settings.get("tls_certfile"), "key": settings.get("tls_keyfile"), "ca": settings.get("tls_cafile")}
+    if all(paths.values()):
+        problems.extend("%s: %s" % (host, problem)
+                        for problem in certificate_problems(TLS_NAMES, paths, tls_found or {}))
+    return problems
+
+
+def preflight_problems(settings, host, ss_lines=None, ss_error=None, tls_found=None):
     """'HOST: WHAT; fix: HOW' for each problem with the role's settings on host; [] when there is none.
 
     settings: interval, nvidia_smi_command, nvidia_smi_timeout, textfile_directory, node_exporter_port,
     node_exporter_process_names (what the distribution's node exporter is called in ss' process column),
     node_exporter_uid (the uid its unit runs as, None before the package made the user: a listener ss cannot name
     that belongs to it is node exporter itself), supported (the platform has a vars file) and platform (for the
-    message).
+    message), and those of web_problems, with tls_found.
     """
-    problems = []
+    problems = web_problems(settings, host, tls_found)
     if not settings.get("supported", True):
         problems.append("%s: %s is not supported by gpu_monitoring yet (Debian and Ubuntu are); fix: run the role on "
                         "Debian or Ubuntu hosts, or leave this host out of its play" % (host, settings.get("platform")))

@@ -63,8 +63,9 @@ def scrape_servers(hosts, groups, settings):
 
 
 def scrape_jobs(server, plan, groups, settings):
-    """Prometheus scrape_configs for ``server``: node exporter on every host it scrapes, and dcgm-exporter where a
-    host has one (settings["dcgm_targets"]: {host: "address:port"})."""
+    """Prometheus scrape_configs for ``server``: node exporter on every host it scrapes, over HTTPS with basic auth where
+    settings["node_exporter_auth"] gives username, password_file and ca_file, and dcgm-exporter where a host has one
+    (settings["dcgm_targets"]: {host: "address:port"})."""
     cluster, rack = re.compile(settings["cluster_group_pattern"]), re.compile(settings["rack_group_pattern"])
     addresses, dcgm = settings.get("addresses") or {}, settings.get("dcgm_targets") or {}
 
@@ -74,9 +75,14 @@ def scrape_jobs(server, plan, groups, settings):
                 "role": role}
 
     interval = "%ds" % int(settings["interval"])
-    jobs = [{"job_name": "node", "scrape_interval": interval,
-             "static_configs": [{"targets": ["%s:%d" % (addresses.get(host) or host, int(settings["node_exporter_port"]))],
-                                 "labels": labels(host)} for host in plan.get(server, [])]}]
+    node = {"job_name": "node", "scrape_interval": interval}
+    auth = settings.get("node_exporter_auth")
+    if auth:
+        node.update(scheme="https", basic_auth={"username": auth["username"], "password_file": auth["password_file"]},
+                    tls_config={"ca_file": auth["ca_file"]})
+    node["static_configs"] = [{"targets": ["%s:%d" % (addresses.get(host) or host, int(settings["node_exporter_port"]))],
+                               "labels": labels(host)} for host in plan.get(server, [])]
+    jobs = [node]
     dcgm_hosts = [host for host in plan.get(server, []) if dcgm.get(host)]
     if dcgm_hosts:
         jobs.append({"job_name": "dcgm", "scrape_interval": interval,

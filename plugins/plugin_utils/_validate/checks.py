@@ -440,7 +440,8 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         checks += k8s_checks(host, raw, head, nodes.get(head), gpu_count)
         checks.append(validate_monitoring.monitoring_check(
             host, raw, scraped, answering, gpu.get("driver_state") == "ok" and gpu_count > 0 if gpu else None,
-            raw["expected"].get("prometheus_port", 9090), raw["expected"].get("prometheus_window", "1m")))
+            raw["expected"].get("prometheus_port", 9090), raw["expected"].get("prometheus_window", "1m"),
+            validate_monitoring.refusing(nodes)))
         storage, disk = storage_checks(raw)
         checks += storage
         if disk:

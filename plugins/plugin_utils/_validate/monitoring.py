@@ -21,6 +21,11 @@ def servers(nodes):
     return sorted(host for host, raw in nodes.items() if ((raw or {}).get("monitoring") or {}).get("answered"))
 
 
+def refusing(nodes):
+    """The nodes whose Prometheus refused validate's credentials (HTTP 401), in name order."""
+    return sorted(host for host, raw in nodes.items() if ((raw or {}).get("monitoring") or {}).get("refused"))
+
+
 def scraped(nodes):
     """node -> {server, health, error, smi_up, up_window} for every node exporter target a server of the run scrapes
     (smi_up and up_window: the samples' values, None where the server has none)."""
@@ -41,9 +46,15 @@ def scraped(nodes):
     return found
 
 
-def monitoring_check(host, raw, found, answering, gpus_answer, port, window="1m"):
+def monitoring_check(host, raw, found, answering, gpus_answer, port, window="1m", refused=()):
     """monitoring.up for one node. found: scraped(nodes); answering: servers(nodes); gpus_answer: the node's GPUs
-    answered validate's own nvidia-smi (None where the GPU phase was not read); window: validate_prometheus_window."""
+    answered validate's own nvidia-smi (None where the GPU phase was not read); window: validate_prometheus_window;
+    refused: refusing(nodes)."""
+    if not answering and refused:
+        return check(NAME, "fail", "Prometheus on %s refused validate's user and password (HTTP 401); set "
+                                   "validate_prometheus_username and validate_prometheus_password to gpu_monitoring's "
+                                   "web user and password (their defaults)" % ", ".join(refused),
+                     "answers", "HTTP 401")
     if not answering:
         return check(NAME, "skip", "no Prometheus answered on port %s on any node of this run: gpu_monitoring is not "
                                    "deployed, or its server is not in this run" % port)

@@ -12,6 +12,7 @@ import ipaddress
 import re
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys, joined
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.tls import certificate_problems
 
 SETTINGS = ("users", "ip", "certfile", "keyfile", "environments", "unit")
 FOUND = ("passwd", "listeners", "main_pids", "cert_exists", "key_exists", "cert_pubkey", "key_pubkey")
@@ -156,17 +157,9 @@ def jupyter_problems(settings, found):
                         "tunnel" % settings["ip"])
     if bool(certfile) != bool(keyfile):
         problems.append("anaconda_jupyter_certfile and anaconda_jupyter_keyfile go together; set both or neither")
-    if certfile and not found["cert_exists"]:
-        problems.append("anaconda_jupyter_certfile %s does not exist on this host; put the certificate there" % certfile)
-    if keyfile and not found["key_exists"]:
-        problems.append("anaconda_jupyter_keyfile %s does not exist on this host; put the key there" % keyfile)
-    if certfile and keyfile and found["cert_exists"] and found["key_exists"]:
-        if not found["cert_pubkey"] or not found["key_pubkey"]:
-            problems.append("openssl could not read the public key of anaconda_jupyter_certfile %s or "
-                            "anaconda_jupyter_keyfile %s (PEM expected; is openssl installed?)" % (certfile, keyfile))
-        elif found["cert_pubkey"].strip() != found["key_pubkey"].strip():
-            problems.append("anaconda_jupyter_certfile %s does not match anaconda_jupyter_keyfile %s (their public keys "
-                            "differ); give the key the certificate was issued for" % (certfile, keyfile))
+    if certfile and keyfile:
+        problems.extend(certificate_problems({"cert": "anaconda_jupyter_certfile", "key": "anaconda_jupyter_keyfile"},
+                                             {"cert": certfile, "key": keyfile}, found))
     return problems
 
 

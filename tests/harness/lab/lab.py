@@ -5,9 +5,16 @@ import shutil
 import subprocess
 import sys
 
+import yaml
+
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 USER_INVENTORY = ROOT / ".cache" / "as-a-user" / "inventory"
 FIXTURES = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi"
+
+
+def lab_setting(name):
+    """A variable the simulated lab's inventory gives every node (inventories/sim/group_vars/gpu_cluster.yml)."""
+    return yaml.safe_load((ROOT / "inventories" / "sim" / "group_vars" / "gpu_cluster.yml").read_text())[name]
 
 
 class Stage(object):

@@ -31,7 +31,7 @@ from xml.etree import ElementTree
 
 import jsonschema
 
-from lab import FIXTURES, ROOT, USER_INVENTORY, Stage
+from lab import FIXTURES, ROOT, USER_INVENTORY, Stage, lab_setting
 
 WORK = ROOT / ".cache" / "validate"
 DATASET = "yt8m-mini"
@@ -169,11 +169,15 @@ def collected(up, timeout=120):
     answer: left to the collector's timer and the scrape interval, the series catches up at some moment during or after
     the next validate run, and monitoring.up would pass or fail by that timing."""
     sh("sim-gpu1", "systemctl start %s.service" % COLLECTOR)
-    query = "http://127.0.0.1:9090/api/v1/query?query=nvidia_smi_up%7Bnode%3D%22sim-gpu1%22%7D"
+    query = "https://127.0.0.1:9090/api/v1/query?query=nvidia_smi_up%7Bnode%3D%22sim-gpu1%22%7D"
+    # Prometheus answers over HTTPS with the lab's password (inventories/sim), its certificate from the lab's CA.
+    ask = ("import base64, ssl, urllib.request as r; "
+           "q = r.Request('%s', headers={'Authorization': 'Basic ' + base64.b64encode(b'prometheus:%s').decode()}); "
+           "print(r.urlopen(q, context=ssl.create_default_context(cafile='/etc/ssl/dlinfra-lab/ca.crt')).read().decode())"
+           % (query, lab_setting("gpu_monitoring_web_password")))
     deadline, seen = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
-        answer = sh("sim-head", "python3 -c \"import urllib.request; print(urllib.request.urlopen('%s').read().decode())\""
-                    % query, check=False)
+        answer = sh("sim-head", "python3 -c \"%s\"" % ask, check=False)
         try:
             seen = [sample["value"][1] for sample in json.loads(answer)["data"]["result"]]
         except (ValueError, KeyError):

@@ -5,7 +5,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_monitoring impor
 
 SETTINGS = {"supported": True, "platform": "Debian 13", "interval": 15, "nvidia_smi_command": "nvidia-smi -q -x",
             "nvidia_smi_timeout": 10, "textfile_directory": "/var/lib/prometheus/node-exporter",
-            "node_exporter_port": 9100, "node_exporter_process_names": ["prometheus-node"]}
+            "node_exporter_port": 9100, "node_exporter_process_names": ["prometheus-node"], "web_open": True}
 
 
 def test_registered():

@@ -1,6 +1,15 @@
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.checks import listeners, preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.checks import (
+    listeners, preflight_problems, web_problems)
+
+# A bcrypt hash of "fixture-monitoring-password" (cost 10).
+HASH = "$2b$10$abcdefghijklmnopqrstuuYHeTYYHPacAcBI8g32KSbgG75/lqCIG"
+WEB = {"web_open": False, "tls_certfile": "/etc/ssl/n1.crt", "tls_keyfile": "/etc/ssl/n1.key", "tls_cafile": "/etc/ssl/ca.crt",
+       "web_username": "prometheus", "web_password": "fixture-monitoring-password", "web_password_hash": HASH}
+PUBKEY = "-----BEGIN PUBLIC KEY-----\nMFkw...\n-----END PUBLIC KEY-----\n"
+TLS_FOUND = {"cert_exists": True, "key_exists": True, "ca_exists": True, "cert_pubkey": PUBKEY, "key_pubkey": PUBKEY,
+             "cert_expired": False, "cert_enddate": "notAfter=Dec  3 16:02:49 2036 GMT", "ca_error": ""}
 
 GOOD = {
     "supported": True,
@@ -12,6 +21,7 @@ GOOD = {
     "node_exporter_port": 9100,
     "node_exporter_process_names": ["prometheus-node"],
     "node_exporter_uid": 104,
+    "web_open": True,
 }
 # `ss -Hltnpe` as Debian 12's iproute2 prints it (it leaves out uid 0).
 SS_SSHD = 'LISTEN 0      128          0.0.0.0:22         0.0.0.0:*    users:(("sshd",pid=412,fd=3)) ino:1658 sk:1 <->'
@@ -94,3 +104,58 @@ def test_ss_failing_is_a_problem_and_every_problem_is_listed_at_once():
     assert len(problems) == 4
     assert "could not list the listening sockets to check port 9100 (No such file or directory: b'ss'); fix: install " \
            "iproute2 (ss)" in problems[3]
+
+
+def test_web_settings_and_files_that_serve_tls_are_no_problem():
+    assert web_problems(WEB, "n1", TLS_FOUND) == []
+    assert preflight_problems(dict(GOOD, **WEB), "n1", [SS_NODE_EXPORTER], tls_found=TLS_FOUND) == []
+    assert len(preflight_problems(dict(GOOD, **WEB), "n1", [SS_NODE_EXPORTER])) == 3  # nothing found
+
+
+def test_open_needs_nothing():
+    assert web_problems({"web_open": True}, "n1") == []
+
+
+def test_unset_settings_are_named_in_one_line_with_both_fixes():
+    problems = web_problems(dict(WEB, tls_keyfile="", web_password="  ", web_password_hash=""), "n1")
+    assert len(problems) == 1
+    assert problems[0].startswith("n1: gpu_monitoring_tls_keyfile, gpu_monitoring_web_password, "
+                                  "gpu_monitoring_web_password_hash are not set")
+    assert "htpasswd -nbBC 10" in problems[0] and "gpu_monitoring_web_open: true" in problems[0]
+
+
+def test_a_password_that_is_a_hash_and_a_hash_that_is_not():
+    problems = web_problems(dict(WEB, web_password=HASH, web_password_hash="fixture-monitoring-password"), "n1", TLS_FOUND)
+    assert problems == [
+        "n1: gpu_monitoring_web_password is a bcrypt hash; fix: give the password itself there (Prometheus scrapes with "
+        "it) and its hash in gpu_monitoring_web_password_hash",
+        "n1: gpu_monitoring_web_password_hash is not a bcrypt hash (node exporter and Prometheus take no other); fix: "
+        "give the output of htpasswd -nbBC 10 \"\" 'PASSWORD' | tr -d ':\\n'"]
+    the_password_twice = web_problems(dict(WEB, web_password_hash=WEB["web_password"]), "n1", TLS_FOUND)
+    assert "it looks like the password itself" in the_password_twice[0]
+
+
+def test_a_username_with_a_colon():
+    assert "has a colon" in web_problems(dict(WEB, web_username="a:b"), "n1", TLS_FOUND)[0]
+
+
+@pytest.mark.parametrize("found, expected", [
+    (dict(TLS_FOUND, cert_exists=False, ca_exists=False),
+     ["n1: gpu_monitoring_tls_certfile /etc/ssl/n1.crt does not exist on this host; put the certificate there",
+      "n1: gpu_monitoring_tls_cafile /etc/ssl/ca.crt does not exist on this host; put the CA's certificate there"]),
+    (dict(TLS_FOUND, key_pubkey=PUBKEY.replace("MFkw", "MFkx")),
+     ["n1: gpu_monitoring_tls_certfile /etc/ssl/n1.crt does not match gpu_monitoring_tls_keyfile /etc/ssl/n1.key (their "
+      "public keys differ); give the key the certificate was issued for"]),
+    (dict(TLS_FOUND, cert_expired=True, cert_enddate="notAfter=Dec  5 16:02:49 2026 GMT\n",
+          ca_error="error 10 at 0 depth lookup: certificate has expired"),
+     ["n1: gpu_monitoring_tls_certfile /etc/ssl/n1.crt has expired (notAfter=Dec  5 16:02:49 2026 GMT); renew it"]),
+    (dict(TLS_FOUND, ca_error="CN = n1\nerror 20 at 0 depth lookup: unable to get local issuer certificate\n"),
+     ["n1: gpu_monitoring_tls_certfile /etc/ssl/n1.crt is not signed by gpu_monitoring_tls_cafile /etc/ssl/ca.crt "
+      "(openssl verify: CN = n1 error 20 at 0 depth lookup: unable to get local issuer certificate); give the CA that "
+      "issued it"]),
+    (dict(TLS_FOUND, cert_pubkey=""),
+     ["n1: openssl could not read the public key of gpu_monitoring_tls_certfile /etc/ssl/n1.crt or "
+      "gpu_monitoring_tls_keyfile /etc/ssl/n1.key (PEM expected; is openssl installed?)"]),
+])
+def test_certificate_problems_name_the_file_the_variable_and_the_fix(found, expected):
+    assert web_problems(WEB, "n1", found) == expected

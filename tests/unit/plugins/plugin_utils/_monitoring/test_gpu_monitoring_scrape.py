@@ -87,6 +87,21 @@ def test_a_dcgm_exporter_found_on_a_node_gets_its_own_job():
                                                 "role": "gpu_nodes"}}]
 
 
+def test_node_exporter_is_scraped_over_https_with_the_password_file_and_the_ca_where_given():
+    plan, _problems = scrape_servers(HOSTS, GROUPS, SETTINGS)
+    auth = {"username": "prometheus", "password_file": "/etc/dlinfra-gpu-monitoring/web/scrape-password",
+            "ca_file": "/etc/dlinfra-gpu-monitoring/web/ca.crt"}
+    jobs = scrape_jobs("b-head2", plan, GROUPS, dict(SETTINGS, node_exporter_auth=auth,
+                                                     dcgm_targets={"b-gpu1": "b-gpu1:9400"}))
+    node, dcgm = jobs
+    assert node["scheme"] == "https"
+    assert node["basic_auth"] == {"username": "prometheus",
+                                  "password_file": "/etc/dlinfra-gpu-monitoring/web/scrape-password"}
+    assert node["tls_config"] == {"ca_file": "/etc/dlinfra-gpu-monitoring/web/ca.crt"}
+    assert "scheme" not in dcgm and "basic_auth" not in dcgm  # dcgm-exporter is not ours to configure
+    assert "scheme" not in scrape_jobs("b-head2", plan, GROUPS, dict(SETTINGS, node_exporter_auth=None))[0]
+
+
 def test_a_host_in_no_cluster_rack_or_role_group_gets_empty_labels():
     jobs = scrape_jobs("store", {"store": ["store", "odd"]}, GROUPS, SETTINGS)
     assert jobs[0]["static_configs"][1]["labels"] == {"node": "odd", "cluster": "", "rack": "", "role": ""}

@@ -44,6 +44,16 @@ def test_no_prometheus_in_the_run_skips_saying_why():
     assert checked["status"] == "skip" and "no Prometheus answered on port 9090" in checked["message"]
 
 
+def test_a_prometheus_that_refuses_the_password_fails_naming_the_variables():
+    all_nodes = nodes(answered=False)
+    all_nodes["sim-head"]["monitoring"]["refused"] = True
+    checked = vm.monitoring_check("sim-gpu1", all_nodes["sim-gpu1"], vm.scraped(all_nodes), vm.servers(all_nodes), True,
+                                  9090, refused=vm.refusing(all_nodes))
+    assert checked["status"] == "fail"
+    assert checked["message"].startswith("Prometheus on sim-head refused validate's user and password (HTTP 401); set "
+                                         "validate_prometheus_username and validate_prometheus_password")
+
+
 def test_a_node_no_server_scrapes_fails_naming_the_servers():
     checked = result(nodes(targets=[target("sim-head"), target("sim-gpu1")]), "sim-gpu2")
     assert checked["status"] == "fail"
