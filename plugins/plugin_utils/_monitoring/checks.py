@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.sockets import listening
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.tls import certificate_problems
 
 MIN_INTERVAL_S = 5
@@ -13,25 +14,14 @@ MIN_INTERVAL_S = 5
 BCRYPT = re.compile(r"^\$2[aby]?\$\d{2}\$[./A-Za-z0-9]{53}$")
 TLS_NAMES = {"cert": "gpu_monitoring_tls_certfile", "key": "gpu_monitoring_tls_keyfile", "ca": "gpu_monitoring_tls_cafile"}
 HASH_HOW = "htpasswd -nbBC 10 \"\" 'PASSWORD' | tr -d ':\\n'"
-# ss -Hltnpe: State Recv-Q Send-Q Local-Address:Port Peer-Address:Port Process, then uid:N ino:N ... The process
-# column needs ptrace rights over the listener (root without CAP_SYS_PTRACE, in a container, sees none); the uid
-# that owns the socket is always there.
-_PROCESS = re.compile(r'\("([^"]*)",pid=(\d+)')
-_UID = re.compile(r"\buid:(\d+)\b")
 
 
 def listeners(ss_lines, port):
-    """[(address, [(process name, pid), ...], uid or None)] of the TCP sockets listening on port, from `ss -Hltnpe`."""
-    found = []
-    for line in ss_lines:
-        fields = line.split()
-        if len(fields) < 4 or ":" not in fields[3]:
-            continue
-        address, _sep, local_port = fields[3].rpartition(":")
-        if local_port == str(port):
-            uid = _UID.search(line)
-            found.append((address, _PROCESS.findall(line), int(uid.group(1)) if uid else None))
-    return found
+    """[(address, [(process name, pid), ...], uid or None)] of the TCP sockets listening on port, from `ss -Hltnpe`.
+    The process column needs ptrace rights over the listener (root without CAP_SYS_PTRACE, in a container, sees none);
+    the uid that owns the socket is always there (ss leaves out 0)."""
+    return [(socket["address"], [(name, str(pid)) for name, pid in socket["processes"]], socket["uid"] or None)
+            for socket in listening(ss_lines) if socket["port"] == int(port)]
 
 
 def _seconds(value):

@@ -20,6 +20,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.resu
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import monitoring as validate_monitoring
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.security import listeners_check
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
@@ -442,6 +443,7 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
             host, raw, scraped, answering, gpu.get("driver_state") == "ok" and gpu_count > 0 if gpu else None,
             raw["expected"].get("prometheus_port", 9090), raw["expected"].get("prometheus_window", "1m"),
             validate_monitoring.refusing(nodes)))
+        checks.append(listeners_check(raw))
         storage, disk = storage_checks(raw)
         checks += storage
         if disk:

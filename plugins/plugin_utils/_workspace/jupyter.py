@@ -8,10 +8,10 @@ naming the variable and the fix. ``server_config`` is a user's jupyter_server_co
 restarts.
 """
 
-import ipaddress
 import re
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys, joined
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.sockets import is_loopback, listening
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.tls import certificate_problems
 
 SETTINGS = ("users", "ip", "certfile", "keyfile", "environments", "unit")
@@ -21,18 +21,6 @@ _USER_KEYS = ("name", "port", "password_hash", "token", "environments")
 _HASH_LENGTHS = {"sha1": 40, "sha256": 64, "sha512": 128}
 _SALTED = re.compile(r"^(sha1|sha256|sha512):([0-9a-f]+):([0-9a-f]+)$")
 _ARGON2 = re.compile(r"^argon2:\$argon2(id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$")
-_PORT = re.compile(r":(\d+)$")
-_PID = re.compile(r"pid=(\d+)")
-_CGROUP = re.compile(r"cgroup:\S*/([^/\s]+\.service)(?:\s|$)")
-
-
-def is_loopback(ip):
-    if ip == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(ip).is_loopback
-    except ValueError:
-        return False
 
 
 def password_hash_ok(value):
@@ -47,16 +35,9 @@ def listeners(ss_output):
     """{port: [socket, ...]} of the listening TCP sockets in ``ss -ltnpeH`` output, each socket a dict of its ``pids``
     (empty where ss may not read them) and the systemd ``unit`` of its cgroup (empty where ss shows none)."""
     found = {}
-    for line in ss_output.splitlines():
-        fields = line.split()
-        if len(fields) < 4:
-            continue
-        port = _PORT.search(fields[3])
-        if port:
-            cgroup = _CGROUP.search(line)
-            found.setdefault(int(port.group(1)), []).append({
-                "pids": sorted({int(pid) for pid in _PID.findall(line)}),
-                "unit": cgroup.group(1) if cgroup else ""})
+    for socket in listening(ss_output.splitlines()):
+        found.setdefault(socket["port"], []).append({"pids": sorted({pid for _name, pid in socket["processes"]}),
+                                                     "unit": socket["unit"]})
     return found
 
 

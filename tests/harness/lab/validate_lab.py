@@ -40,6 +40,7 @@ DOUBLE_DIR = "/usr/local/lib/dlinfra-validate-test-double"
 COLLECTOR = "dlinfra-gpu-metrics"  # gpu_monitoring's collector unit on each node
 KUBECTL = ["/snap/bin/microk8s", "kubectl"]
 CORDON_LABEL = "dlinfra.io/validate-failed"
+OPEN_LISTENER = "dlinfra-validate-fault-listener"  # a transient unit: python3's http.server on 0.0.0.0:8999
 
 
 # What says which phase a check belongs to (a stdlib-only module of the collection, loaded from its file).
@@ -211,6 +212,8 @@ def main():
     sh("sim-gpu1", "cp -p %s/%s /tmp/validate-kept.tar && rm %s/%s" % (dest, deleted, dest, deleted))
     sh("sim-gpu2", "cp -p %s/%s /tmp/validate-kept.tar && truncate -s 4096 %s/%s" % (dest, truncated, dest, truncated))
     sh("sim-gpu2", "systemctl stop containerd")
+    # A web server anyone may read, as a user might leave one running.
+    sh("sim-gpu1", "systemd-run --unit %s python3 -m http.server 8999 --bind 0.0.0.0 >/dev/null 2>&1" % OPEN_LISTENER)
     set_ready("sim-head", False)
     # The group's variables as a directory, so that the fault is one more file in it.
     group_dir = WORK / "inventory" / "group_vars" / "gpu_nodes"
@@ -223,7 +226,7 @@ def main():
     check_files(faulty, report_dir)
     wanted = {("sim-gpu1", "dataset.%s.placement" % DATASET), ("sim-gpu2", "dataset.%s.placement" % DATASET),
               ("sim-gpu1", "gpu.driver_version"), ("sim-gpu2", "gpu.driver_version"),
-              ("sim-gpu2", "runtime.containerd"), ("sim-head", "k8s.node_ready")}
+              ("sim-gpu2", "runtime.containerd"), ("sim-head", "k8s.node_ready"), ("sim-gpu1", "security.listeners")}
     if failing(faulty) != wanted:
         fail("faults: expected exactly %s to fail; failing: %s" % (sorted(wanted), sorted(failing(faulty))))
     if code == 0:
@@ -236,6 +239,7 @@ def main():
     sh("sim-gpu1", "mv /tmp/validate-kept.tar %s/%s" % (dest, deleted))
     sh("sim-gpu2", "mv /tmp/validate-kept.tar %s/%s" % (dest, truncated))
     sh("sim-gpu2", "systemctl start containerd")
+    sh("sim-gpu1", "systemctl stop %s" % OPEN_LISTENER)
     set_ready("sim-head", True)
     fault_vars.unlink()
 
