@@ -10,7 +10,8 @@
      API refuses a request without the token and answers with it, listing the kernel of the lab's conda environment
      `train`; the desktop takes the password, refuses a wrong one, and its frame is a desktop, not a black one
      (tests/harness/lab/rfb_snapshot.py);
-  3. from another lab host (sim-head), a scan of every TCP port of sim-gpu1 finds neither service, though both listen
+  3. from a host that is not a member of the cluster (the store), a scan of every TCP port of each node finds only SSH
+     and the monitoring endpoints, which answer 401 without a password: neither workspace service, though both listen
      on sim-gpu1's loopback.
 """
 import json
@@ -26,6 +27,10 @@ STAGE = Stage("workspace-lab")
 step, fail, sh = STAGE.step, STAGE.fail, STAGE.sh
 WORK = ROOT / ".cache" / "workspace"
 NODE, SCANNER, STORE = "sim-gpu1", "sim-head", "sim-store"
+CLUSTER = ("sim-head", "sim-gpu1", "sim-gpu2")
+# What may answer from outside the cluster: sshd (which this stage gives sim-gpu1), node exporter and Prometheus.
+AUTHENTICATED = {22: "SSH", 9100: "node exporter, HTTPS and a password", 9090: "Prometheus, HTTPS and a password"}
+HTTPS_PORTS = (9100, 9090)
 CLIENT = SCANNER  # the user's machine: the tunnel's near end
 TUNNEL_KEY = "/root/.ssh/workspace_lab"
 LOCAL_OFFSET = 10000  # the tunnel's ports on CLIENT: 18888 for 8888, 15901 for 5901 (a head may run its own Jupyter)
@@ -114,6 +119,17 @@ def listening(port):
                    if line.split()[3].rsplit(":", 1)[1] == str(port)})
 
 
+def unauthenticated_status(host, port):
+    """The HTTP status a request without credentials gets from https://host:port/ (asked from the store)."""
+    ask = ("import ssl, urllib.error, urllib.request\n"
+           "try:\n"
+           "    print(urllib.request.urlopen(\"https://%s:%d/\", context=ssl._create_unverified_context(), timeout=10).status)\n"
+           "except urllib.error.HTTPError as error:\n"
+           "    print(error.code)\n" % (host, port))
+    answer = sh(STORE, "python3 -c '%s'" % ask, check=False).strip()
+    return int(answer) if answer.isdigit() else answer
+
+
 def main():
     if not (USER_INVENTORY / "hosts.yml").exists():
         fail("%s is missing: this stage runs on the lab the as-a-user stage converged" % USER_INVENTORY)
@@ -159,17 +175,23 @@ def main():
     print("workspace-lab: through the tunnel, Jupyter %s without the token, 200 with it, kernels %s; the desktop %s; a wrong password refused"
           % (refused, sorted(specs["kernelspecs"]), {k: frame.get(k) for k in ("width", "height", "colours")}))
 
-    step("3. a port scan of %s from %s" % (NODE, SCANNER))
+    step("3. a port scan of every node of the cluster from %s, which is not one of them" % STORE)
     for port in (JUPYTER_PORT, 5900 + DISPLAY):
         if listening(port) not in (["127.0.0.1"], ["127.0.0.1", "[::1]"]):
             fail("%s listens on %s for port %d, expected its loopback only" % (NODE, listening(port), port))
-    copy_to(SCANNER, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
-    found = [int(port) for port in sh(SCANNER, "python3 /root/port_scan.py %s" % NODE).split()]
-    reachable = sorted({JUPYTER_PORT, 5900 + DISPLAY} & set(found))
-    if reachable:
-        fail("from %s, %s port(s) %s answer" % (SCANNER, NODE, reachable))
-    print("workspace-lab: from %s, %s's open TCP ports are %s: neither Jupyter (%d) nor the desktop (%d)"
-          % (SCANNER, NODE, found, JUPYTER_PORT, 5900 + DISPLAY))
+    copy_to(STORE, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
+    for host in CLUSTER:
+        found = [int(port) for port in sh(STORE, "python3 /root/port_scan.py %s" % host).split()]
+        unknown = sorted(set(found) - set(AUTHENTICATED))
+        if unknown:
+            fail("from %s, %s's port(s) %s answer, none of them a service that authenticates (%s)"
+                 % (STORE, host, unknown, AUTHENTICATED))
+        refused = {port: unauthenticated_status(host, port) for port in found if port in HTTPS_PORTS}
+        if any(status != 401 for status in refused.values()):
+            fail("from %s, %s answers without a password: HTTP status by port %s, expected 401" % (STORE, host, refused))
+        print("workspace-lab: from %s, %s's open TCP ports are %s, each authenticating (%s); without a password %s"
+              % (STORE, host, found, ", ".join(AUTHENTICATED[port] for port in found), refused))
+
     print("workspace-lab: passed")
 
 
