@@ -67,8 +67,13 @@ class ActionModule(ActionBase):
         module_args["inputs_digest"] = inputs_digest(variables, task_vars.get("ansible_facts", {}),
                                                      module_args.pop("inputs", None), role_files_digest(role_path),
                                                      collection_version(role_path))
-        result.update(self._execute_module(module_name="dlinfra.gpu_cluster.converged_state", module_args=module_args,
-                                           task_vars=task_vars))
+        answer = self._execute_module(module_name="dlinfra.gpu_cluster.converged_state", module_args=module_args,
+                                      task_vars=task_vars)
+        # Its facts (the interpreter Ansible discovered, where none is set) add to the gathered ones, not replace them.
+        facts = dict(result.get("ansible_facts") or {}, **(answer.pop("ansible_facts", None) or {}))
+        result.update(answer)
+        if facts:
+            result["ansible_facts"] = facts
         if not record and not result.get("failed"):
             # The role runs in full where it is not converged: the roles after it gather again.
             if not result.get("converged"):

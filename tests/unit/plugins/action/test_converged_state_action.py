@@ -90,8 +90,9 @@ GATHERED = {"ansible_distribution": "Debian", "ansible_distribution_version": "1
             "ansible_architecture": "x86_64", "ansible_os_family": "Debian", "gather_subset": ["min"]}
 
 
-def run_gathering(args, role_path, converged=True, **task_vars):
-    """run() with setup answering GATHERED and the module answering CONVERGED; (result, [(module, args)])."""
+def run_gathering(args, role_path, converged=True, module_facts=None, **task_vars):
+    """run() with setup answering GATHERED and the module answering CONVERGED (with module_facts, as Ansible adds the
+    interpreter it discovered); (result, [(module, args)])."""
     action = action_for(args)
     calls = []
 
@@ -99,7 +100,8 @@ def run_gathering(args, role_path, converged=True, **task_vars):
         calls.append((module_name, dict(module_args)))
         if module_name == "ansible.builtin.setup":
             return {"ansible_facts": dict(GATHERED)}
-        return {"changed": False, "converged": converged, "reason": "", "drift": []}
+        answer = {"changed": False, "converged": converged, "reason": "", "drift": []}
+        return dict(answer, ansible_facts=dict(module_facts)) if module_facts else answer
 
     action._execute_module = execute
     variables = dict({"role_path": role_path, "ansible_run_tags": ["all"], "ansible_skip_tags": []}, **task_vars)
@@ -120,6 +122,19 @@ def test_gathered_facts_are_returned_and_the_digest_is_the_one_a_record_with_tho
     assert calls[1][1]["inputs_digest"] == recorded[0][1]["inputs_digest"]
     stale, other = run_gathering({"role": "nccl"}, role_path, ansible_facts=dict(facts, kernel="6.1.0"), **variables)
     assert other[0][1]["inputs_digest"] != recorded[0][1]["inputs_digest"]
+
+
+@pytest.mark.parametrize("converged", [True, False])
+def test_facts_the_module_call_returns_add_to_the_gathered_ones(role_path, converged):
+    # Without ansible_python_interpreter, each module call of the task returns the interpreter Ansible discovered: the
+    # facts gathered before it must stay, or the role's tasks that read them fail (a role found not converged in a
+    # playbook of its own, molecule's re-runs).
+    discovered = {"discovered_interpreter_python": "/usr/bin/python3"}
+    result, calls = run_gathering({"role": "nccl", "gather_facts": True}, role_path, converged=converged,
+                                  module_facts=discovered)
+    assert [name for name, dummy in calls] == ["ansible.builtin.setup", "dlinfra.gpu_cluster.converged_state"]
+    assert {name: result["ansible_facts"][name] for name in GATHERED} == GATHERED
+    assert result["ansible_facts"]["discovered_interpreter_python"] == "/usr/bin/python3"
 
 
 def test_a_full_run_still_gathers_the_facts_and_asks_the_node_nothing_else(role_path):
