@@ -9,8 +9,6 @@ and where checked ``cert_expired`` (``openssl x509 -checkend 0`` said so), ``cer
 and ``ca_error`` (what ``openssl verify -CAfile`` said when it refused the certificate; empty when it accepted it).
 """
 
-OPTIONAL_FOUND = ("ca_exists", "cert_expired", "cert_enddate", "ca_error")
-
 
 def certificate_problems(names, paths, found):
     """One line per problem with the files; [] when they can serve TLS.

@@ -67,11 +67,10 @@ def listeners_check(raw):
         return check(NAME, "fail", "%d socket(s) answer beyond this host without an authentication validate knows of: "
                                    "%s; fix: %s" % (len(open_), "; ".join(_describe(s, users) for s in open_), FIX),
                      "every listener authenticates", "%d open" % len(open_))
-    kept = {}
-    for socket in beyond:
-        kept.setdefault((socket["port"], accepting(socket, entries).get("why") or ""), None)
+    kept = sorted({(socket["port"], accepting(socket, entries).get("why") or "") for socket in beyond})
     if not kept:
         return check(NAME, "pass", "nothing listens beyond loopback", "every listener authenticates", "none")
+    ports = len({port for port, _why in kept})
     return check(NAME, "pass", "%d port(s) beyond loopback, each authenticating: %s"
-                 % (len({port for port, _why in kept}), "; ".join("%d (%s)" % key for key in sorted(kept))),
-                 "every listener authenticates", "all %d" % len(kept))
+                 % (ports, "; ".join("%d (%s)" % pair for pair in kept)),
+                 "every listener authenticates", "all %d" % ports)
