@@ -179,7 +179,7 @@ def test_complete_refuses_wrong_bytes_and_publishes_nothing(tmp_path):
     data = os.urandom(KIB)
     part = _part(tmp_path, data)
     part.restart(None, len(data))
-    part.write(memoryview(b"\0" + data[1:]))
+    part.write(memoryview(bytes([data[0] ^ 0xFF]) + data[1:]))  # never the same first byte
     with pytest.raises(ChecksumError, match="sha256 is"):
         part.complete(sync=True)
     part.discard()
