@@ -91,7 +91,14 @@ lab() {
     if [ "$mode" != "$airgap" ]; then
       echo "demo: the lab was made $([ "$mode" = 1 ] && echo air-gapped || echo with a route out); recreating it $([ "$airgap" = 1 ] && echo air-gapped || echo with a route out)"
       down
+      present=""
     fi
+  fi
+  # And a lab whose nodes lack NET_ADMIN, which the host_firewall role needs for its nftables table (the workspace
+  # stage turns it on): a container's capabilities are fixed at its start.
+  if [ -n "$present" ] && docker inspect -f '{{index .Config.Labels "org.dlinfra.demo.caps"}}' $present | grep -qvx net_admin; then
+    echo "demo: the lab's nodes were made without NET_ADMIN; recreating it"
+    down
   fi
   docker network inspect "$network" >/dev/null 2>&1 || docker network create "$network" >/dev/null
   if [ "$airgap" = 1 ]; then
@@ -106,17 +113,18 @@ lab() {
       *)
         echo "demo: starting $host ($image)"
         # Air-gapped: the store on the outside network (then the internal one too); the nodes on the internal network
-        # only, with the store as the upstream of Docker's DNS (NET_ADMIN: their default route goes via the store).
+        # only, with the store as the upstream of Docker's DNS. Every host has NET_ADMIN: the host_firewall role loads
+        # nftables rules, and an air-gapped node's default route goes via the store.
         local net=(--network "$network")
         if [ "$airgap" = 1 ] && [ "$host" = "$store" ]; then
           net=(--network "$network" --label org.dlinfra.demo.airgap=1)
         elif [ "$airgap" = 1 ]; then
-          net=(--network "$internal" --dns "$store_ip" --cap-add NET_ADMIN --label org.dlinfra.demo.airgap=1)
+          net=(--network "$internal" --dns "$store_ip" --label org.dlinfra.demo.airgap=1)
         fi
         # --restart: a reboot inside (systemctl reboot ends systemd, PID 1) brings the container back, as a machine
         # comes back; upgrade.yml's reboot of a node is tested with it (tests/harness/lab/rolling_lab.py).
         docker run -d --name "$host" --hostname "$host" "${net[@]}" --restart unless-stopped \
-          --cap-add SYS_ADMIN --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+          --cap-add SYS_ADMIN --cap-add NET_ADMIN --label org.dlinfra.demo.caps=net_admin --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
           -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
           -v "$double_state:/srv/microk8s-test-double" \
           --label org.dlinfra.demo=1 "$image" /lib/systemd/systemd >/dev/null

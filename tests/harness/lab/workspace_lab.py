@@ -12,7 +12,8 @@
      (tests/harness/lab/rfb_snapshot.py);
   3. from a host that is not a member of the cluster (the store), a scan of every TCP port of each node finds only SSH
      and the monitoring endpoints, which answer 401 without a password: neither workspace service, though both listen
-     on sim-gpu1's loopback.
+     on sim-gpu1's loopback. sim-gpu1 runs the host firewall (host_firewall_enabled in the same inventory): from the
+     store only SSH answers there, and sshd greets it; from sim-head, a member, every port it listens on answers.
 """
 import json
 import pathlib
@@ -119,14 +120,50 @@ def listening(port):
                    if line.split()[3].rsplit(":", 1)[1] == str(port)})
 
 
-def unauthenticated_status(host, port):
+def beyond_loopback():
+    """The TCP ports sim-gpu1 listens on beyond its loopback."""
+    ports = set()
+    for line in sh(NODE, "ss -Hltn").splitlines():
+        address, port = line.split()[3].rsplit(":", 1)
+        if address not in ("127.0.0.1", "[::1]") and not address.startswith("127."):
+            ports.add(int(port))
+    return sorted(ports)
+
+
+def firewall_check():
+    """sim-gpu1's firewall: its table loaded; of the ports it listens on, only SSH answers the store, and sshd greets it;
+    each answers sim-head, a member of the cluster, and node exporter still asks sim-head for a password."""
+    sh(NODE, "nft list table inet dlinfra_host_firewall >/dev/null")
+    ports = ",".join(str(port) for port in beyond_loopback())
+    if "22" not in ports.split(",") or "9100" not in ports.split(","):
+        fail("%s should listen on 22 (sshd) and 9100 (node exporter) beyond its loopback: %s" % (NODE, ports))
+    outside = sh(STORE, "python3 /root/port_scan.py %s %s" % (NODE, ports)).split()
+    if outside != ["22"]:
+        fail("with the firewall on, %s's ports %s answer %s (expected SSH only): the firewall lets them through"
+             % (NODE, outside, STORE))
+    greeting = sh(STORE, "python3 -c 'import socket; print(socket.create_connection((\"%s\", 22), timeout=10)"
+                         ".recv(64).decode().strip())'" % NODE).strip()
+    if not greeting.startswith("SSH-2.0-"):
+        fail("%s's sshd did not greet %s through the firewall: %r" % (NODE, STORE, greeting))
+    inside = sh(SCANNER, "python3 /root/port_scan.py %s %s" % (NODE, ports)).split()
+    if inside != ports.split(","):
+        fail("with the firewall on, %s answers %s on %s only, of %s: the cluster's own hosts must reach every port"
+             % (NODE, SCANNER, inside, ports))
+    status = unauthenticated_status(NODE, 9100, asker=SCANNER)
+    if status != 401:
+        fail("%s's node exporter answers %s without a password: %s" % (NODE, SCANNER, status))
+    print("workspace-lab: %s's firewall: of its ports %s, %s answer(s) %s (sshd greets it: %s), all answer %s (node "
+          "exporter 401 without a password)" % (NODE, ports, outside, STORE, greeting, SCANNER))
+
+
+def unauthenticated_status(host, port, asker=STORE):
     """The HTTP status a request without credentials gets from https://host:port/ (asked from the store)."""
     ask = ("import ssl, urllib.error, urllib.request\n"
            "try:\n"
            "    print(urllib.request.urlopen(\"https://%s:%d/\", context=ssl._create_unverified_context(), timeout=10).status)\n"
            "except urllib.error.HTTPError as error:\n"
            "    print(error.code)\n" % (host, port))
-    answer = sh(STORE, "python3 -c '%s'" % ask, check=False).strip()
+    answer = sh(asker, "python3 -c '%s'" % ask, check=False).strip()
     return int(answer) if answer.isdigit() else answer
 
 
@@ -180,7 +217,11 @@ def main():
         if listening(port) not in (["127.0.0.1"], ["127.0.0.1", "[::1]"]):
             fail("%s listens on %s for port %d, expected its loopback only" % (NODE, listening(port), port))
     copy_to(STORE, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
+    copy_to(SCANNER, ROOT / "tests" / "harness" / "lab" / "port_scan.py", "/root")
+    firewall_check()
     for host in CLUSTER:
+        if host == NODE:
+            continue  # its firewall drops what the store sends: firewall_check scanned its listening ports
         found = [int(port) for port in sh(STORE, "python3 /root/port_scan.py %s" % host).split()]
         unknown = sorted(set(found) - set(AUTHENTICATED))
         if unknown:
