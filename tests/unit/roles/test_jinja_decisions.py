@@ -81,6 +81,11 @@ ALLOWED = {
     ("roles/preflight/tasks/proxy.yml", "Stop where a package source does not answer", "msg"): FORMATS_MESSAGE,
     ("roles/preflight/tasks/validate.yml", "Fail once, listing every problem with its host and fix",
      "__preflight_problems"): PASSES_ARGUMENTS,
+    ("roles/host_firewall/tasks/service.yml", "Say what happened and what the node does by itself", "msg"):
+        FORMATS_MESSAGE,
+    ("roles/host_firewall/tasks/verify.yml",
+     "Check the table drops what the rules do not let in, lets SSH in, loads at boot and stays without a timer",
+     "that"): GUARDS,
     ("roles/remote_desktop/tasks/install.yml", "Stop where the X server cannot start, naming the libraries and the fix",
      "msg"): FORMATS_MESSAGE,
     ("roles/rolling_upgrade/tasks/change.yml", "Stop with the node cordoned", "msg"): FORMATS_MESSAGE,
