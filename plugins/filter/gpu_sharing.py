@@ -17,7 +17,8 @@ def gpu_sharing_resolved(rules, facts, host):
 
 def _gpus(resolved, filter_name):
     if resolved.get("problems"):
-        raise AnsibleFilterError("%s: the declaration has problems: %s" % (filter_name, "; ".join(resolved["problems"])))
+        raise AnsibleFilterError("%s: the declaration has problems: %s"
+                                 % (filter_name, "; ".join(resolved["problems"])))
     return list(resolved.get("gpus") or [])
 
 

@@ -44,7 +44,8 @@ def _rule_problems(where, rule):
     problems = []
     unknown = sorted(set(rule) - set(RULE_KEYS))
     if unknown:
-        problems.append("%s has unknown key(s) %s; known: %s" % (where, ", ".join(map(str, unknown)), ", ".join(RULE_KEYS)))
+        problems.append("%s has unknown key(s) %s; known: %s"
+                        % (where, ", ".join(map(str, unknown)), ", ".join(RULE_KEYS)))
     if "model" in rule and "indexes" in rule:
         problems.append("%s sets both model and indexes; split it into two rules" % where)
     indexes = rule.get("indexes")

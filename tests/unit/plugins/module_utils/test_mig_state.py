@@ -27,8 +27,8 @@ def test_lgi_rows_of_two_gpus():
 
 def test_lci_rows():
     assert parse_compute_instances(fixture("lci-a100-40gb-3g-x2.txt")) == [
-        {"gpu": 0, "gpu_instance_id": 1, "profile": "3g.20gb", "profile_id": 2, "instance_id": 0, "start": 0, "size": 3},
-        {"gpu": 0, "gpu_instance_id": 2, "profile": "3g.20gb", "profile_id": 2, "instance_id": 0, "start": 0, "size": 3}]
+        {"gpu": 0, "gpu_instance_id": gpu_instance, "profile": "3g.20gb", "profile_id": 2, "instance_id": 0,
+         "start": 0, "size": 3} for gpu_instance in (1, 2)]
 
 
 @pytest.mark.parametrize("name", ["lgi-mig-disabled.txt", "lgi-no-instances.txt"])
@@ -41,7 +41,7 @@ def gpu(index, current, pending=None):
     return {"index": index, "mig_mode_current": current, "mig_mode_pending": current if pending is None else pending}
 
 
-THREE_G_TWICE = [{"profile": "3g.20gb", "profile_id": 9, "start": 0}, {"profile": "3g.20gb", "profile_id": 9, "start": 4}]
+THREE_G_TWICE = [{"profile": "3g.20gb", "profile_id": 9, "start": start} for start in (0, 4)]
 LGI, LCI = fixture("lgi-a100-40gb-3g-x2.txt"), fixture("lci-a100-40gb-3g-x2.txt")
 
 PLANS = [

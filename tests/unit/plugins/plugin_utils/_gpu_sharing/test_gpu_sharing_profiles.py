@@ -45,13 +45,15 @@ def test_placements_are_those_nvidia_smi_mig_lgipp_lists_on_an_h100():
         "3g.40gb": [(0, 4), (4, 4)], "4g.40gb": [(0, 4)], "7g.80gb": [(0, 8)]}
 
 
-@pytest.mark.parametrize("name", ["NVIDIA H200", "H200", "  nvidia   h200 ", "NVIDIA H100 80GB HBM3", "h100 80gb hbm3"])
+@pytest.mark.parametrize("name", ["NVIDIA H200", "H200", "  nvidia   h200 ", "NVIDIA H100 80GB HBM3",
+                                  "h100 80gb hbm3"])
 def test_models_match_with_or_without_the_nvidia_prefix_and_in_any_case(name):
     assert mig_profiles(name) is not None
 
 
 @pytest.mark.parametrize("name", ["NVIDIA L40S", "NVIDIA L4", "NVIDIA A10", "NVIDIA A40", "Tesla V100-SXM2-16GB",
-                                  "Tesla T4", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090", "Tesla P100-PCIE-16GB"])
+                                  "Tesla T4", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 5090",
+                                  "Tesla P100-PCIE-16GB"])
 def test_gpus_without_mig_are_known_as_such(name):
     assert mig_profiles(name) is None
     assert has_no_mig(name)
