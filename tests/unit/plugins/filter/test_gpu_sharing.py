@@ -1,0 +1,34 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+import json
+import pathlib
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_sharing import (
+    FilterModule, gpu_sharing_allocatable, gpu_sharing_device_plugin_config, gpu_sharing_labels, gpu_sharing_resolved)
+
+FACTS = json.loads((pathlib.Path(__file__).parents[1] / "plugin_utils" / "_gpu_sharing" / "fixtures"
+                    / "h200-580-nvidia_gpu_facts.json").read_text())
+
+
+def test_the_filters_chain_on_the_real_h200_facts():
+    resolved = gpu_sharing_resolved([{"mode": "mig", "layout": {"1g.18gb": 7}}], FACTS, "gpu1")
+    assert resolved["problems"] == []
+    assert gpu_sharing_device_plugin_config(resolved) == {"version": "v1", "flags": {"migStrategy": "single"}}
+    assert gpu_sharing_allocatable(resolved) == {"nvidia.com/gpu": 7}
+    assert gpu_sharing_labels(resolved, FACTS)["nvidia.com/gpu.product"] == "NVIDIA-H200-MIG-1g.18gb"
+
+
+@pytest.mark.parametrize("face", [gpu_sharing_device_plugin_config, gpu_sharing_allocatable,
+                                  lambda resolved: gpu_sharing_labels(resolved, FACTS)])
+def test_the_faces_refuse_a_declaration_with_problems(face):
+    resolved = gpu_sharing_resolved([{"mode": "mig", "layout": {"1g.5gb": 1}}], FACTS, "gpu1")
+    with pytest.raises(AnsibleFilterError, match="has no MIG profile 1g.5gb"):
+        face(resolved)
+
+
+def test_every_filter_has_its_documentation():
+    folder = pathlib.Path(__file__).parents[4] / "plugins" / "filter"
+    assert sorted(FilterModule().filters()) == sorted(path.stem for path in folder.glob("gpu_sharing_*.yml"))
