@@ -13,8 +13,7 @@ relation nvidia-smi prints and NVML's topology levels mean:
 - NODE: through different host bridges of one NUMA node;
 - SYS: across NUMA nodes, over the link between the sockets.
 
-NCCL's NCCL_NET_GDR_LEVEL takes the same names: GPUDirect RDMA is worth it at PIX and PXB, and NCCL's default stops at
-PHB or closer.
+NCCL_NET_GDR_LEVEL takes the same names for the furthest relation at which NCCL still uses GPUDirect RDMA.
 """
 
 import os
