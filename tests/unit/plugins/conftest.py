@@ -3,8 +3,10 @@
 """A local HTTP/1.1 shard server (127.0.0.1 only) whose faults are chosen per path, for the transfer tests."""
 
 import hashlib
+import importlib.util
 import ipaddress
 import os
+import pathlib
 import shutil
 import ssl
 import subprocess
@@ -301,3 +303,24 @@ def self_signed(tmp_path):
         context.load_cert_chain(cert, key)
         return cert, context
     return make
+
+
+_SYSFS_TREE_DOUBLE = pathlib.Path(__file__).resolve().parents[2] / "test_doubles" / "sysfs_tree" / "build_sysfs_tree.py"
+RDMA_SYSFS_FIXTURES = pathlib.Path(__file__).resolve().parent / "module_utils" / "fixtures" / "rdma_sysfs"
+
+
+@pytest.fixture
+def rdma_tree(tmp_path):
+    """rdma_tree(*listings) -> (sysfs root, procfs root): the recorded trees of module_utils/fixtures/rdma_sysfs laid out
+    in order under tmp_path by the sysfs tree TEST DOUBLE (later listings overwrite earlier ones)."""
+    spec = importlib.util.spec_from_file_location("build_sysfs_tree", _SYSFS_TREE_DOUBLE)
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+
+    def build(*listings):
+        root = tmp_path / "host"
+        (root / "sys").mkdir(parents=True, exist_ok=True)
+        (root / "proc").mkdir(parents=True, exist_ok=True)
+        builder.build(str(root), [str(RDMA_SYSFS_FIXTURES / name) for name in listings])
+        return str(root / "sys"), str(root / "proc")
+    return build
