@@ -7,6 +7,7 @@ import yaml
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring import listen
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.checks import preflight_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._monitoring.scrape import (
     alertmanagers, dcgm_targets_in, prometheus_config, retention_problem, scrape_servers)
@@ -16,6 +17,15 @@ def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None, tls_fo
     if not isinstance(settings, dict):
         raise AnsibleFilterError("gpu_monitoring_problems expects the role's settings as a mapping")
     return preflight_problems(settings, host, list(ss_lines or []), ss_error or None, dict(tls_found or {}))
+
+
+def gpu_monitoring_listen(setting, port, ip_addr, ip_route):
+    """{"address", "problem", "flags"}: where node exporter listens (see plugin_utils/_monitoring/listen)."""
+    try:
+        address, problem = listen.listen_address(setting, listen.host_addresses(ip_addr), listen.route_source(ip_route))
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        raise AnsibleFilterError("gpu_monitoring_listen: ip's output is not what it should be: %s" % error) from error
+    return {"address": address, "problem": problem, "flags": listen.listen_flags(address, port) if address else ""}
 
 
 def gpu_monitoring_scrape_plan(hosts, groups, settings):
@@ -64,4 +74,5 @@ def gpu_monitoring_prometheus_config(server, plan, groups, addresses, dcgm_targe
 class FilterModule:
     def filters(self):
         return {"gpu_monitoring_problems": gpu_monitoring_problems, "gpu_monitoring_scrape_plan": gpu_monitoring_scrape_plan,
-                "gpu_monitoring_prometheus_config": gpu_monitoring_prometheus_config}
+                "gpu_monitoring_prometheus_config": gpu_monitoring_prometheus_config,
+                "gpu_monitoring_listen": gpu_monitoring_listen}
