@@ -20,6 +20,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.resu
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import monitoring as validate_monitoring
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.security import listeners_check
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
@@ -425,6 +426,7 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
             checks += driver_checks(host, raw, driver_versions[raw["cluster"]])
             checks += runtime_checks(host, raw)
             checks += nccl_checks(host, raw, nccl_versions[raw["cluster"]])
+            checks += fabric_checks(host, raw)
             floor = raw["expected"]["nccl_min_busbw"] or float(thresholds.get("allreduce_busbw_gbps") or 0)
             first_gpu = next((nodes[h] for h in cluster_hosts if nodes[h]["gpu_node"]), None)
             bw_checks, single, multi = nccl_bandwidth(raw, floor, first_gpu)

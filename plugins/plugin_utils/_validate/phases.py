@@ -3,7 +3,7 @@
 """Which of validate's phases a run read, and what the report says about the checks of a phase it did not read.
 
 Each phase of the validate role has its tag (validate_gpu, validate_runtime, validate_nccl, validate_storage,
-validate_datasets, validate_kubernetes, validate_monitoring, validate_security, validate_training), and
+validate_datasets, validate_kubernetes, validate_monitoring, validate_security, validate_training, validate_fabric), and
 `validate.yml --tags validate_gpu` reads the GPUs only. The role then
 tells the evaluator, per node, which phases it read (__validate_raw's `read`); the checks of the other phases stay in
 the report, every check of a node being present, as skipped with the reason, rather than failing on data that nobody
@@ -11,11 +11,12 @@ asked for.
 """
 
 PHASES = ("validate_gpu", "validate_runtime", "validate_nccl", "validate_storage", "validate_datasets",
-          "validate_kubernetes", "validate_monitoring", "validate_security", "validate_training")
+          "validate_kubernetes", "validate_monitoring", "validate_security", "validate_training", "validate_fabric")
 # A check's name starts with its group; the group says which phase read its data.
 _PHASE_OF_GROUP = {"gpu": "validate_gpu", "runtime": "validate_runtime", "nccl": "validate_nccl",
                    "storage": "validate_storage", "dataset": "validate_datasets", "k8s": "validate_kubernetes",
-                   "monitoring": "validate_monitoring", "security": "validate_security", "training": "validate_training"}
+                   "monitoring": "validate_monitoring", "security": "validate_security", "training": "validate_training",
+                   "fabric": "validate_fabric"}
 
 
 def phase_of(check_name):

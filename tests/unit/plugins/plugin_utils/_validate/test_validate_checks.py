@@ -26,7 +26,8 @@ GPU_NODE_CHECKS = {
     "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "k8s.node_ready",
     "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",
     "storage.seq_read", "dataset.yt8m-mini.placement", "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks",
-    "dataset.yt8m-mini.balance", "monitoring.up", "security.listeners", "training.ddp", "training.samples_per_second"}
+    "dataset.yt8m-mini.balance", "monitoring.up", "security.listeners", "training.ddp", "training.samples_per_second",
+    "fabric.ports", "fabric.gpudirect"}
 HEAD_CHECKS = {"node.reachable", "k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job",
                "storage.free_space", "storage.seq_write", "storage.seq_read", "dataset.yt8m-mini.placement",
                "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks", "monitoring.up", "security.listeners"}

@@ -1,0 +1,49 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""validate's fabric checks on a GPU node, from its rdma_fabric_facts (tasks/fabric.yml): fabric.ports (every port the
+inventory expects ACTIVE at the cluster's rate and link layer) and fabric.gpudirect (GPUDirect RDMA where expected).
+The sentences come from plugin_utils/_fabric; a node without HCAs where none are expected has nothing to check."""
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._fabric.gpudirect import gpudirect_problem
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._fabric.ports import ALL, port_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.result import check, ran
+
+
+def _ports(hcas):
+    return [(hca["name"], port) for hca in hcas for port in hca.get("ports") or []]
+
+
+def fabric_checks(host, raw):
+    """[fabric.ports, fabric.gpudirect] for a GPU node's raw data (its ``fabric`` and ``expected``)."""
+    facts, expected = raw.get("fabric") or {}, raw["expected"]
+    if not ran(facts):
+        reason = "rdma_fabric_facts did not run on this node"
+        return [check("fabric.ports", "skip", reason), check("fabric.gpudirect", "skip", reason)]
+    if "hcas" not in facts:  # the module failed (the role lets the run go on): its message says why
+        reason = "rdma_fabric_facts failed: %s" % (facts.get("msg") or "no message")
+        return [check("fabric.ports", "fail", reason), check("fabric.gpudirect", "fail", reason)]
+    hcas = facts.get("hcas") or []
+    wanted = expected.get("fabric_ports", ALL)
+    if not hcas and wanted == ALL:
+        ports = check("fabric.ports", "skip", "no RDMA HCA on this node: its ranks reach other nodes over TCP sockets")
+    else:
+        problems = port_problems(host, facts, wanted, expected.get("fabric_rate_gbps"),
+                                 expected.get("fabric_link_layer"))
+        shown = ", ".join("%s:%s %s %s" % (name, port.get("port"), port.get("state"), port.get("rate") or "")
+                          for name, port in _ports(hcas))
+        ports = (check("fabric.ports", "fail", "; ".join(problems), expected.get("fabric_rate_gbps") or None, shown)
+                 if problems else
+                 check("fabric.ports", "pass", "%d port(s) of %d HCA(s) up as expected" % (len(_ports(hcas)), len(hcas)),
+                       expected.get("fabric_rate_gbps") or None, shown))
+    wanted_gdr = expected.get("fabric_gpudirect")
+    method = (facts.get("gpudirect") or {}).get("method")
+    if not wanted_gdr:
+        gpudirect = check("fabric.gpudirect", "skip", "not expected (validate_fabric_gpudirect); available: %s"
+                          % (method or "none"))
+    elif not hcas:
+        gpudirect = check("fabric.gpudirect", "skip", "no RDMA HCA on this node to move GPU memory through")
+    else:
+        problem = gpudirect_problem(host, facts, wanted_gdr)
+        gpudirect = (check("fabric.gpudirect", "fail", problem, wanted_gdr, method) if problem else
+                     check("fabric.gpudirect", "pass", "GPUDirect RDMA through %s" % method, wanted_gdr, method))
+    return [ports, gpudirect]

@@ -1,0 +1,71 @@
+# Copyright: dlinfra.gpu_cluster contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""validate's fabric.ports and fabric.gpudirect on rdma_fabric_facts results: a node without HCAs, two NDR HCAs up, a
+port down, a slow port, GPUDirect expected and missing, the module failing or not run."""
+
+import copy
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
+
+PORT = {"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)",
+        "rate_gbps": 400.0}
+FACTS = {"changed": False, "hca_count": 2,
+         "hcas": [{"name": "mlx5_0", "ports": [dict(PORT)]}, {"name": "mlx5_1", "ports": [dict(PORT)]}],
+         "gpudirect": {"method": "dmabuf", "reason": ""}}
+EXPECTED = {"fabric_ports": "all", "fabric_rate_gbps": "", "fabric_link_layer": "", "fabric_gpudirect": False}
+
+
+def run(facts, **expected):
+    checks = fabric_checks("gpu1", {"fabric": facts, "expected": dict(EXPECTED, **expected)})
+    assert [c["check"] for c in checks] == ["fabric.ports", "fabric.gpudirect"]
+    return [(c["status"], c["message"]) for c in checks]
+
+
+def test_a_node_without_hcas_has_nothing_to_check():
+    ports, gpudirect = run({"changed": False, "hca_count": 0, "hcas": [], "gpudirect": {"method": None}},
+                           fabric_gpudirect=True)
+    assert ports == ("skip", "no RDMA HCA on this node: its ranks reach other nodes over TCP sockets")
+    assert gpudirect == ("skip", "no RDMA HCA on this node to move GPU memory through")
+
+
+def test_every_port_up_at_the_rate_with_gpudirect():
+    ports, gpudirect = run(FACTS, fabric_rate_gbps=400, fabric_link_layer="InfiniBand", fabric_gpudirect=True)
+    assert ports == ("pass", "2 port(s) of 2 HCA(s) up as expected")
+    assert gpudirect == ("pass", "GPUDirect RDMA through dmabuf")
+
+
+def test_gpudirect_not_expected_is_skipped_saying_what_there_is():
+    assert run(FACTS)[1] == ("skip", "not expected (validate_fabric_gpudirect); available: dmabuf")
+
+
+@pytest.mark.parametrize("change, expected, words", [
+    ({"state": "DOWN", "phys_state": "Polling"}, {}, "gpu1: mlx5_1 port 1 is DOWN, physical state Polling"),
+    ({"rate": "200 Gb/sec (4X HDR)", "rate_gbps": 200.0}, {"fabric_rate_gbps": 400},
+     "gpu1: mlx5_1 port 1 runs at 200 Gb/s (200 Gb/sec (4X HDR)), below the expected 400 Gb/s"),
+])
+def test_a_port_that_is_not_up_as_expected_fails_naming_host_and_port(change, expected, words):
+    facts = copy.deepcopy(FACTS)
+    facts["hcas"][1]["ports"][0].update(change)
+    status, message = run(facts, **expected)[0]
+    assert status == "fail" and message.startswith(words), message
+
+
+def test_an_expected_hca_the_node_lacks_fails_even_without_hcas():
+    status, message = run({"changed": False, "hca_count": 0, "hcas": [], "gpudirect": {}},
+                          fabric_ports=["mlx5_0"])[0]
+    assert status == "fail" and message.startswith("gpu1: mlx5_0 is expected (validate_fabric_expected_ports)")
+
+
+def test_gpudirect_expected_but_missing_fails_with_the_reason():
+    facts = dict(FACTS, gpudirect={"method": None, "reason": "the nvidia kernel module is not loaded"})
+    assert run(facts, fabric_gpudirect=True)[1] == (
+        "fail", "gpu1: GPUDirect RDMA is expected (validate_fabric_gpudirect) but unavailable: the nvidia kernel module "
+                "is not loaded")
+
+
+def test_a_failed_module_fails_both_and_one_not_run_skips_both():
+    failed = run({"failed": False, "msg": "sysfs_root /sys is not a directory"})
+    assert failed == [("fail", "rdma_fabric_facts failed: sysfs_root /sys is not a directory")] * 2
+    assert run({"skipped": True}) == [("skip", "rdma_fabric_facts did not run on this node")] * 2
