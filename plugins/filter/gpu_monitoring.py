@@ -19,13 +19,15 @@ def gpu_monitoring_problems(settings, host, ss_lines=None, ss_error=None, tls_fo
     return preflight_problems(settings, host, list(ss_lines or []), ss_error or None, dict(tls_found or {}))
 
 
-def gpu_monitoring_listen(setting, port, ip_addr, ip_route):
-    """{"address", "problem", "flags"}: where node exporter listens (see plugin_utils/_monitoring/listen)."""
+def gpu_monitoring_listen(setting, host, port, ip_addr, ip_route):
+    """{"address", "problem" ('HOST: ...', '' for none), "flags"}: where node exporter listens (see
+    plugin_utils/_monitoring/listen)."""
     try:
         address, problem = listen.listen_address(setting, listen.host_addresses(ip_addr), listen.route_source(ip_route))
     except (ValueError, KeyError, IndexError, TypeError) as error:
         raise AnsibleFilterError("gpu_monitoring_listen: ip's output is not what it should be: %s" % error) from error
-    return {"address": address, "problem": problem, "flags": listen.listen_flags(address, port) if address else ""}
+    return {"address": address, "problem": "%s: %s" % (host, problem) if problem else "",
+            "flags": listen.listen_flags(address, port) if address else ""}
 
 
 def gpu_monitoring_scrape_plan(hosts, groups, settings):

@@ -7,6 +7,8 @@ do; empty when every expected port is ACTIVE at the expected rate and link layer
 a number, a link layer that does not exist) is a problem of its own, naming the variable to fix.
 """
 
+import math
+
 LINK_LAYERS = ("InfiniBand", "Ethernet")
 ALL = "all"
 
@@ -22,7 +24,7 @@ def expected_rate(value):
     if isinstance(value, bool):
         raise ValueError(value)
     rate = float(value)
-    if not rate > 0:
+    if not math.isfinite(rate) or rate <= 0:
         raise ValueError(value)
     return rate
 
@@ -36,7 +38,7 @@ def _selection(expected_ports):
                     % (_PORTS_VARIABLE, expected_ports)]
     wanted, problems = {}, []
     for entry in expected_ports:
-        name, _, port = str(entry).strip().partition(":")
+        name, _colon, port = str(entry).strip().partition(":")
         if not name or (port and not port.isdigit()) or not isinstance(entry, str):
             problems.append("%s has %r, which is not HCA or HCA:PORT (for example mlx5_0 or mlx5_0:1)"
                             % (_PORTS_VARIABLE, entry))
@@ -95,8 +97,8 @@ def _port_problems(where, port, rate, link_layer):
     elif rate is not None and seen_rate < rate:
         problems.append("%s runs at %g Gb/s (%s), below the expected %g Gb/s: a cable, transceiver or switch port of a "
                         "slower generation, or a link that trained down (read its error counters); check them, or set %s "
-                        "if %g Gb/s is this cluster's rate" % (where, seen_rate, port.get("rate"), rate, _RATE_VARIABLE,
-                                                                 seen_rate))
+                        "if %g Gb/s is this cluster's rate"
+                        % (where, seen_rate, port.get("rate"), rate, _RATE_VARIABLE, seen_rate))
     if seen_layer == "Ethernet":
         gid_problem = _roce_gid_problem(where, port)
         if gid_problem:

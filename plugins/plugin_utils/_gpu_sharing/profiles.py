@@ -100,7 +100,7 @@ def memory_slices(product_name):
 def place(profiles, layout):
     """[(profile name, start)] placing every instance of ``layout`` ({profile name: count}) on one GPU of ``profiles``
     without overlap, the largest first; None where no placement exists."""
-    instances = sorted((name for name, count in layout.items() for _ in range(count)),
+    instances = sorted((name for name, count in layout.items() for _copy in range(count)),
                        key=lambda name: (-profiles[name]["memory_slices"], profiles[name]["id"]))
     placed = []
 

@@ -63,7 +63,7 @@ def parse_nccl_transport(log):
         parsed["info_lines"] += 1
         channel = _CHANNEL.search(line)
         if channel:
-            number, from_rank, _, to_rank, _, direction, via = channel.groups()
+            number, from_rank, _from_device, to_rank, _to_device, direction, via = channel.groups()
             entry = {"line": line, "channel": int(number), "from_rank": int(from_rank), "to_rank": int(to_rank),
                      "direction": direction, "via": via}
             entry.update(_transport(via))
@@ -72,7 +72,7 @@ def parse_nccl_transport(log):
         using = _NET_USING.search(line)
         if using:
             devices = parsed["net_devices"].setdefault(using.group(1), [])
-            for _, name in _DEVICE.findall(using.group(2)):
+            for _index, name in _DEVICE.findall(using.group(2)):
                 if name not in devices:
                     devices.append(name)
             continue

@@ -28,6 +28,13 @@ sys.exit(main(sys.argv[1:]))' --textfile-directory - --kernel-log /dev/kmsg --st
     --tags dlinfra_none tests/harness/device/gpu_device_driver_plan.yml
   step "validate" timeout 300 ansible-playbook -i "$inventory" playbooks/validate.yml \
     -e validate_report_dir="$out/validate" -e '{"validate_fail_on_error": false, "validate_k8s_gpu_job": false}'
+  # Read-only: the fabric as sysfs shows it, and MIG's profile table and the placement syntax of -cgi (issue 53's
+  # plan writes ID:START), without changing the MIG mode.
+  step "rdma_fabric_facts" timeout 120 ansible all -i "$inventory" -m dlinfra.gpu_cluster.rdma_fabric_facts \
+    >"$out/rdma_fabric_facts.json"
+  step "MIG profiles" timeout 60 nvidia-smi mig -lgip >"$out/mig-lgip.txt"
+  step "MIG placements" timeout 60 nvidia-smi mig -lgipp >"$out/mig-lgipp.txt"
+  step "MIG help" timeout 60 nvidia-smi mig -h >"$out/mig-help.txt"
   step "collector, idle" collector >"$out/metrics-idle.prom"
   TIMEFORMAT="collector: %R s wall, %U s user, %S s system"
   for _ in 1 2 3; do time collector >/dev/null; done

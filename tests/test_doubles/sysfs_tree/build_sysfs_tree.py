@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """TEST DOUBLE: builds a stand-in sysfs/procfs tree from listings, for code that reads /sys and /proc on hosts this

@@ -18,11 +18,11 @@ def test_listen_gives_the_flags_or_the_problem():
     listen = FilterModule().filters()["gpu_monitoring_listen"]
     addr = '[{"ifname": "eth0", "addr_info": [{"family": "inet", "local": "10.0.0.11"}]}]'
     route = '[{"dst": "192.0.2.1", "prefsrc": "10.0.0.11"}]'
-    assert listen("", 9100, addr, route) == {
+    assert listen("", "gpu1", 9100, addr, route) == {
         "address": "10.0.0.11", "problem": "",
         "flags": "--web.listen-address=10.0.0.11:9100 --web.listen-address=127.0.0.1:9100"}
-    assert listen("10.0.0.99", 9100, addr, route)["flags"] == ""
-    assert listen("", 9100, addr, "")["problem"].startswith("gpu_monitoring_listen_address is empty")
+    assert listen("10.0.0.99", "gpu1", 9100, addr, route)["flags"] == ""
+    assert listen("", "gpu1", 9100, addr, "")["problem"].startswith("gpu1: gpu_monitoring_listen_address is empty")
 
 
 @pytest.mark.parametrize("ss_lines, ss_error, count", [

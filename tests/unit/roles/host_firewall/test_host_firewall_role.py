@@ -13,8 +13,8 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.filter.host_firewall import (host_firewall_problems,
-                                                                                    host_firewall_ruleset)
+from ansible_collections.dlinfra.gpu_cluster.plugins.filter.host_firewall import (
+    host_firewall_problems, host_firewall_ruleset)
 from role_vars import defaults, load, platform_file, trust
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "host_firewall"
@@ -115,4 +115,3 @@ def test_the_unit_loads_only_its_own_table_before_the_network():
     assert "ExecReload=/usr/sbin/nft -f /etc/dlinfra/host-firewall.nft" in lines
     assert "ExecStop=/usr/sbin/nft delete table inet dlinfra_host_firewall" in lines
     assert "Before=network-pre.target shutdown.target" in lines and "WantedBy=sysinit.target" in lines
-

@@ -25,7 +25,7 @@ def test_rate_gbps(text, expected):
 
 
 def test_two_connectx7_hcas_on_ndr(rdma_tree):
-    sysfs, _ = rdma_tree(*IB)
+    sysfs, _procfs = rdma_tree(*IB)
     hcas = read_hcas(sysfs)
     assert [hca["name"] for hca in hcas] == ["mlx5_0", "mlx5_1"]
     first = hcas[0]
@@ -46,13 +46,13 @@ def test_two_connectx7_hcas_on_ndr(rdma_tree):
     ("ib_mlx5_1_hdr_200.txt", "ACTIVE", "LinkUp", 200),
 ])
 def test_a_port_that_is_down_or_degraded(rdma_tree, overlay, state, phys_state, rate):
-    sysfs, _ = rdma_tree(*IB + (overlay,))
+    sysfs, _procfs = rdma_tree(*IB + (overlay,))
     port = read_hcas(sysfs)[1]["ports"][0]
     assert (port["state"], port["phys_state"], port["rate_gbps"]) == (state, phys_state, rate)
 
 
 def test_roce_port_reads_its_gid_table_without_unused_entries(rdma_tree):
-    sysfs, _ = rdma_tree(*ROCE)
+    sysfs, _procfs = rdma_tree(*ROCE)
     (hca,) = read_hcas(sysfs)
     assert (hca["pci_address"], hca["numa_node"]) == ("0000:00:07.0", None)
     (port,) = hca["ports"]
@@ -68,7 +68,7 @@ def test_roce_port_reads_its_gid_table_without_unused_entries(rdma_tree):
 
 
 def test_a_gid_whose_attributes_cannot_be_read_keeps_null_attributes(rdma_tree, tmp_path):
-    sysfs, _ = rdma_tree(*ROCE)
+    sysfs, _procfs = rdma_tree(*ROCE)
     port_dir = tmp_path / "host" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
     (port_dir / "gid_attrs" / "types" / "3").unlink()
     (port_dir / "gid_attrs" / "ndevs" / "3").unlink()
@@ -77,12 +77,12 @@ def test_a_gid_whose_attributes_cannot_be_read_keeps_null_attributes(rdma_tree, 
 
 
 def test_a_software_device_without_a_pci_function(rdma_tree, tmp_path):
-    sysfs, _ = rdma_tree(*ROCE)
+    sysfs, _procfs = rdma_tree(*ROCE)
     (tmp_path / "host" / "sys" / "class" / "infiniband" / "mlx5_0" / "device").unlink()
     (hca,) = read_hcas(sysfs)
     assert (hca["pci_address"], hca["numa_node"]) == (None, None)
 
 
 def test_a_node_without_hcas(rdma_tree):
-    sysfs, _ = rdma_tree("pci_h200_vm.txt")
+    sysfs, _procfs = rdma_tree("pci_h200_vm.txt")
     assert read_hcas(sysfs) == []

@@ -30,14 +30,14 @@ def test_normalize_bus_id_refuses_what_is_not_a_bus_id(text):
 
 
 def test_locate_reads_the_chain_of_bridges(rdma_tree):
-    sysfs, _ = rdma_tree(*IB)
+    sysfs, _procfs = rdma_tree(*IB)
     assert locate(pci_device_dir(sysfs, "0000:1c:00.0"), sysfs) == {
         "address": "0000:1c:00.0", "host_bridge": "pci0000:15", "numa_node": 0,
         "bridges": ["0000:15:01.0", "0000:16:00.0", "0000:17:02.0", "0000:1a:00.0", "0000:1b:00.0"]}
 
 
 def test_locate_is_none_for_what_is_not_on_pci(rdma_tree, tmp_path):
-    sysfs, _ = rdma_tree(*IB)
+    sysfs, _procfs = rdma_tree(*IB)
     assert locate(pci_device_dir(sysfs, "0000:99:00.0"), sysfs) is None
     virtual = tmp_path / "host" / "sys" / "devices" / "virtual" / "net" / "lo"
     virtual.mkdir(parents=True)
@@ -45,7 +45,7 @@ def test_locate_is_none_for_what_is_not_on_pci(rdma_tree, tmp_path):
 
 
 def test_every_relation_against_mlx5_0_and_mlx5_1(rdma_tree):
-    sysfs, _ = rdma_tree(*IB)
+    sysfs, _procfs = rdma_tree(*IB)
     paths = gpu_hca_paths(sysfs, read_hcas(sysfs), GPUS)
     relations = {(path["hca"], path["gpu_pci_address"]): path["relation"] for path in paths}
     assert relations == {
@@ -62,7 +62,7 @@ def _placed(host_bridge, bridges, numa_node=0):
     return {"address": "x", "host_bridge": host_bridge, "bridges": bridges, "numa_node": numa_node}
 
 
-@pytest.mark.parametrize("first, second, expected", [
+@pytest.mark.parametrize("one, other, expected", [
     # Two functions of one device, or two devices right below one root port: no bridge between.
     (_placed("pci0000:00", ["a"]), _placed("pci0000:00", ["a"]), "PIX"),
     (_placed("pci0000:00", []), _placed("pci0000:00", []), "PHB"),
@@ -70,19 +70,19 @@ def _placed(host_bridge, bridges, numa_node=0):
     (_placed("pci0000:00", ["a"], None), _placed("pci0000:80", ["b"], None), "NODE"),
     (_placed("pci0000:00", ["a"], 0), _placed("pci0000:80", ["b"], None), "SYS"),
 ])
-def test_classify_edge_cases(first, second, expected):
-    assert classify(first, second) == expected
-    assert classify(second, first) == expected
+def test_classify_edge_cases(one, other, expected):
+    assert classify(one, other) == expected
+    assert classify(other, one) == expected
 
 
 def test_the_h200_vm_gpu_and_a_passed_through_vf_share_only_the_host_bridge(rdma_tree):
-    sysfs, _ = rdma_tree("pci_h200_vm.txt", "roce_vf_h200_vm.txt")
+    sysfs, _procfs = rdma_tree("pci_h200_vm.txt", "roce_vf_h200_vm.txt")
     assert gpu_hca_paths(sysfs, read_hcas(sysfs), ["0000:00:06.0"]) == [
         {"hca": "mlx5_0", "hca_pci_address": "0000:00:07.0", "gpu_pci_address": "0000:00:06.0", "relation": "PHB"}]
 
 
 def test_an_unplaced_gpu_or_software_hca_has_no_relation(rdma_tree):
-    sysfs, _ = rdma_tree(*IB)
+    sysfs, _procfs = rdma_tree(*IB)
     hcas = read_hcas(sysfs) + [{"name": "rxe0", "pci_address": None}]
     relations = [(path["hca"], path["relation"]) for path in gpu_hca_paths(sysfs, hcas, ["0000:77:00.0"])]
     assert relations == [("mlx5_0", None), ("mlx5_1", None), ("rxe0", None)]

@@ -101,7 +101,7 @@ def test_gdr_missing_on_some_channels_only_says_how_many():
 def test_sockets_and_no_gdr_are_both_reported():
     text = (FIXTURES / "ib_gdr_disabled_two_nodes.log").read_text().replace("via NET/IB/1", "via NET/Socket/0")
     problems = transport_problems(parse_nccl_transport(text), has_hcas=True, gdr_expected=True)
-    assert [problem.split(":")[0] for problem in problems] == [
+    assert [problem.split(":", maxsplit=1)[0] for problem in problems] == [
         "NCCL ran 8 of 16 inter-node channels over sockets although the nodes have HCAs",
         "NCCL ran 8 of 16 inter-node channels without GPUDirect RDMA, through host memory"]
 
