@@ -64,7 +64,9 @@ EXAMPLES = r"""
 
 - name: Every port is up
   ansible.builtin.assert:
-    that: ansible_facts['rdma_fabric']['hcas'] | map(attribute='ports') | flatten | rejectattr('state', 'eq', 'ACTIVE') | list | length == 0
+    that: >-
+      ansible_facts['rdma_fabric']['hcas'] | map(attribute='ports') | flatten
+      | rejectattr('state', 'eq', 'ACTIVE') | list | length == 0
 
 - name: Pair the HCAs with the GPUs nvidia_gpu_facts found
   dlinfra.gpu_cluster.rdma_fabric_facts:
