@@ -114,20 +114,20 @@ def snapshot(password):
         return done.returncode, {"output": done.stdout + done.stderr}
 
 
+def tcp_listeners():
+    """(local address, port) of each TCP socket sim-gpu1 listens on (ss -Hltn)."""
+    return [(address, int(port)) for address, port in
+            (line.split()[3].rsplit(":", 1) for line in sh(NODE, "ss -Hltn").splitlines())]
+
+
 def listening(port):
     """The local addresses sim-gpu1 listens on for port."""
-    return sorted({line.split()[3].rsplit(":", 1)[0] for line in sh(NODE, "ss -Hltn").splitlines()
-                   if line.split()[3].rsplit(":", 1)[1] == str(port)})
+    return sorted({address for address, bound in tcp_listeners() if bound == port})
 
 
 def beyond_loopback():
     """The TCP ports sim-gpu1 listens on beyond its loopback."""
-    ports = set()
-    for line in sh(NODE, "ss -Hltn").splitlines():
-        address, port = line.split()[3].rsplit(":", 1)
-        if address not in ("127.0.0.1", "[::1]") and not address.startswith("127."):
-            ports.add(int(port))
-    return sorted(ports)
+    return sorted({port for address, port in tcp_listeners() if not address.startswith("127.") and address != "[::1]"})
 
 
 def firewall_check():

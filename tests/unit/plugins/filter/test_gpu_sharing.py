@@ -9,8 +9,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.gpu_sharing import (
     FilterModule, gpu_sharing_allocatable, gpu_sharing_device_plugin_config, gpu_sharing_labels, gpu_sharing_resolved)
 
-FACTS = json.loads((pathlib.Path(__file__).parents[1] / "plugin_utils" / "_gpu_sharing" / "fixtures"
-                    / "h200-580-nvidia_gpu_facts.json").read_text())
+FACTS = json.loads((pathlib.Path(__file__).parents[1] / "plugin_utils" / "_validate" / "fixtures"
+                    / "nvidia_gpu_facts_h200_580.json").read_text())
 
 
 def test_the_filters_chain_on_the_real_h200_facts():

@@ -1,7 +1,7 @@
 # Copyright: dlinfra.gpu_cluster contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU facts for the gpu_sharing tests: nvidia_gpu_facts' real result on one H200 (driver 580, from
-../shared/gpu-samples/h200-580/), and nodes of other models made from it (the same record, another product name,
+../shared/gpu-samples/h200-580/; validate's tests read the same file), and nodes of other models made from it (the same record, another product name,
 index and uuid)."""
 
 import copy
@@ -10,7 +10,8 @@ import pathlib
 
 import pytest
 
-H200_FACTS = json.loads((pathlib.Path(__file__).parent / "fixtures" / "h200-580-nvidia_gpu_facts.json").read_text())
+H200_FACTS = json.loads((pathlib.Path(__file__).parents[1] / "_validate" / "fixtures" / "nvidia_gpu_facts_h200_580.json")
+                        .read_text())
 
 
 @pytest.fixture
