@@ -11,7 +11,11 @@ repo=dlinfra-test/debian
 # iproute2 (priority important, on every installed server) gives Ansible its network facts.
 packages=python3,systemd,systemd-sysv,sudo,iproute2
 
-recipe_hash=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-12)
+# The one addition to a minimal server, which no role sees: a cache of the code Python compiles from Ansible's module
+# payloads (image/dlinfra_zip_code_cache.py says why), loaded by a .pth file in the interpreter's local site directory.
+zip_code_cache=$(dirname "$0")/image/dlinfra_zip_code_cache.py
+
+recipe_hash=$( { cat "$0" "$zip_code_cache"; echo "$release"; } | sha256sum | cut -c1-12)
 tag="$repo:$release-$recipe_hash"
 alias="$repo:$release"
 
@@ -42,6 +46,11 @@ rm -f "$root.log"
 # A container has no console to getty on, and machine-id must be unique per container.
 chroot "$root" systemctl mask getty@tty1.service serial-getty@ttyS0.service console-getty.service systemd-remount-fs.service >/dev/null 2>&1 || true
 : >"$root/etc/machine-id"
+python=$(basename "$(ls -d "$root"/usr/lib/python3.[0-9]* | head -n1)")
+site_dir=$root/usr/local/lib/$python/dist-packages
+mkdir -p "$site_dir"
+cp "$zip_code_cache" "$site_dir/"
+echo "import dlinfra_zip_code_cache" >"$site_dir/dlinfra-zip-code-cache.pth"
 # Keep the package lists, as a real installed host has them (check mode cannot refresh them).
 chroot "$root" apt-get clean
 

@@ -16,7 +16,7 @@ APT_GET = """#!/bin/sh
 echo "apt-get $*" >>"$CALLS"
 mkdir "$FAKE/dpkg.lock" 2>/dev/null || { echo "E: Could not get lock /var/lib/dpkg/lock-frontend" >&2; exit 100; }
 sleep 1
-printf '#!/bin/sh\\necho "debootstrap $*" >>"$CALLS"\\nmkdir -p "$4/etc"\\n' >"$FAKE/bin/debootstrap"
+printf '#!/bin/sh\\necho "debootstrap $*" >>"$CALLS"\\nmkdir -p "$4/etc" "$4/usr/lib/python3.11"\\n' >"$FAKE/bin/debootstrap"
 chmod +x "$FAKE/bin/debootstrap"
 rmdir "$FAKE/dpkg.lock"
 """
