@@ -12,6 +12,7 @@ import zipimport
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+PROBE = "dlinfra_zip_code_probe"
 SOURCE = b"def where():\n    return __file__\n\n\ndef answer():\n    return lambda: 42\n"
 
 
@@ -28,9 +29,11 @@ def fixture_cache(tmp_path, monkeypatch):
 
 
 def payload(directory, package, source=SOURCE):
-    """A zip as Ansible sends one: package/module_utils/probe.py."""
+    """A zip with package/module_utils/probe.py. Ansible's payloads hold the package ansible; a test cannot import one
+    of that name without replacing the real one in sys.modules, so a payload here is one under a directory named
+    ansible, which the cache takes for Ansible's as it does a path with the package."""
     path = directory / "payload.zip"
-    directory.mkdir()
+    directory.mkdir(parents=True)
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("%s/__init__.py" % package, "")
         archive.writestr("%s/module_utils/__init__.py" % package, "")
@@ -51,27 +54,27 @@ def load(path, package):
 
 
 def test_the_second_payload_runs_from_the_cache_under_its_own_path(cache, tmp_path):
-    first = load(payload(tmp_path / "one", "ansible"), "ansible")
+    first = load(payload(tmp_path / "one" / "ansible", PROBE), PROBE)
     entries = sorted(pathlib.Path(cache.CACHE).iterdir())
     assert len(entries) == 2  # the (empty) __init__ files and the module
-    second_zip = payload(tmp_path / "two", "ansible")
+    second_zip = payload(tmp_path / "two" / "ansible", PROBE)
     compiled, original = [], cache.COMPILE
     cache.COMPILE = lambda *args: compiled.append(args) or original(*args)
-    second = load(second_zip, "ansible")
+    second = load(second_zip, PROBE)
     cache.COMPILE = original
     assert not compiled
     assert second.answer()() == first.answer()() == 42
-    assert second.where() == str(second_zip / "ansible/module_utils/probe.py")
+    assert second.where() == str(second_zip / PROBE / "module_utils/probe.py")
     assert second.answer().__code__.co_filename == second.where()
 
 
 def test_a_changed_source_is_compiled_again(cache, tmp_path):
-    load(payload(tmp_path / "one", "ansible"), "ansible")
-    changed = load(payload(tmp_path / "two", "ansible", SOURCE.replace(b"42", b"43")), "ansible")
+    load(payload(tmp_path / "one" / "ansible", PROBE), PROBE)
+    changed = load(payload(tmp_path / "two" / "ansible", PROBE, SOURCE.replace(b"42", b"43")), PROBE)
     assert changed.answer()() == 43
     assert len(list(pathlib.Path(cache.CACHE).iterdir())) == 3
 
 
 def test_other_zips_are_left_to_python(cache, tmp_path):
-    assert load(payload(tmp_path / "one", "other"), "other").answer()() == 42
+    assert load(payload(tmp_path / "one" / "other", PROBE), PROBE).answer()() == 42
     assert not pathlib.Path(cache.CACHE).exists()
