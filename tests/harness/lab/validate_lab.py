@@ -12,8 +12,8 @@
      report and a clean kernel log, then the same report with a degraded PCIe link and a log with Xid errors: between
      the two runs (of the GPU phase, --tags validate_gpu) exactly gpu.pcie_link and gpu.xid on sim-gpu1 change, from
      pass to fail.
-  4. healthy again, with every fault removed: the GPU phase, which decides the cordons, gives run 1's statuses, and
-     the nodes validate cordoned are uncordoned.
+  4. healthy again, with every fault removed: the GPU and Kubernetes phases, from which validate decides the cordons,
+     give run 1's statuses, and the nodes validate cordoned are uncordoned.
   The healthy run 1 and the validate_training tag run (5) set validate_training_dataset: training.ddp runs the
   train role's reference job (Debian's PyTorch, gloo) over both GPU nodes' ranks and passes from their own output: each
   sample read once across the world, equal steps, the all-reduce right; the report carries each rank's samples/s.
@@ -39,8 +39,10 @@ WORK = ROOT / ".cache" / "validate"
 DATASET = "yt8m-mini"
 TRAINING = ("-e", "validate_training_dataset=" + DATASET)  # the runs that run training.ddp's job
 # The runs on recorded nvidia-smi output read the GPU phase alone: what they compare is its checks (the others report
-# skipped, not read, in both), and step 5 shows that the phase alone reads as in a full run.
+# skipped, not read, in both), and step 5 shows that the phase alone reads as in a full run. The run after the faults
+# also reads the Kubernetes phase: validate cordons and uncordons from what the two tell (tasks/report.yml).
 GPU_ONLY = ("--tags", "validate_gpu")
+CORDONS = ("--tags", "validate_gpu,validate_kubernetes", "-e", "validate_cordon_failed=true")
 DOUBLE_DIR = "/usr/local/lib/dlinfra-validate-test-double"
 COLLECTOR = "dlinfra-gpu-metrics"  # gpu_monitoring's collector unit on each node
 KUBECTL = ["/snap/bin/microk8s", "kubectl"]
@@ -269,10 +271,11 @@ def main():
             sorted(wanted), sorted("%s %s: %s -> %s" % (k + (before.get(k), after.get(k))) for k in changed)))
     print("validate-lab: the degraded link and the Xid errors turned exactly gpu.pcie_link and gpu.xid red on sim-gpu1")
 
-    step("4. the healthy lab again, validate's cordons lifted (the GPU phase decides them; step 5 reads every phase)")
-    code, again, report_dir = validate("healthy-2", "-e", "validate_cordon_failed=true", *GPU_ONLY)
+    step("4. the healthy lab again, validate's cordons lifted (the GPU and Kubernetes phases; step 5 reads every phase)")
+    code, again, report_dir = validate("healthy-2", *CORDONS)
     expect_healthy(code, again, report_dir, "healthy-2")
-    read = {key: status for key, status in statuses(again).items() if phases.phase_of(key[1]) in ("validate_gpu", None)}
+    read = {key: status for key, status in statuses(again).items()
+            if phases.phase_of(key[1]) in ("validate_gpu", "validate_kubernetes", None)}
     if not read or read != {key: statuses(healthy)[key] for key in read}:
         fail("healthy-2 differs from healthy-1: %s" % sorted(k for k in read if read[k] != statuses(healthy).get(k)))
     for host in ("sim-gpu1", "sim-gpu2"):
