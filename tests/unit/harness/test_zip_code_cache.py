@@ -41,27 +41,28 @@ def payload(directory, package, source=SOURCE):
     return path
 
 
-def load(path, package):
+def forget(package):
     for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
         del sys.modules[name]
+
+
+def load(path, package):
+    forget(package)
     sys.path.insert(0, str(path))
     try:
         return importlib.import_module("%s.module_utils.probe" % package)
     finally:
         sys.path.remove(str(path))
-        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
-            del sys.modules[name]
+        forget(package)
 
 
-def test_the_second_payload_runs_from_the_cache_under_its_own_path(cache, tmp_path):
+def test_the_second_payload_runs_from_the_cache_under_its_own_path(cache, tmp_path, monkeypatch):
     first = load(payload(tmp_path / "one" / "ansible", PROBE), PROBE)
-    entries = sorted(pathlib.Path(cache.CACHE).iterdir())
-    assert len(entries) == 2  # the (empty) __init__ files and the module
+    assert len(list(pathlib.Path(cache.CACHE).iterdir())) == 2  # the (empty) __init__ files and the module
     second_zip = payload(tmp_path / "two" / "ansible", PROBE)
     compiled, original = [], cache.COMPILE
-    cache.COMPILE = lambda *args: compiled.append(args) or original(*args)
+    monkeypatch.setattr(cache, "COMPILE", lambda *args: compiled.append(args) or original(*args))
     second = load(second_zip, PROBE)
-    cache.COMPILE = original
     assert not compiled
     assert second.answer()() == first.answer()() == 42
     assert second.where() == str(second_zip / PROBE / "module_utils/probe.py")
