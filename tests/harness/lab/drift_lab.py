@@ -7,7 +7,8 @@ upgrade or a stray script would, and the next site.yml, from the installed colle
      their dependencies are exact; the lab pins no toolkit version for rolling_upgrade, so the role's record finds it),
      a hold lifted (libnccl2), a base package removed (fio), a config file edited (/etc/nccl.conf), a repository
      removed (the toolkit's .sources), a kernel module option changed (the nouveau blacklist), a service disabled
-     (nvidia-persistenced) and a timer stopped (the GPU metrics collector's), spread over the two GPU nodes; and
+     (nvidia-persistenced) and a timer stopped (the GPU metrics collector's), spread over the two GPU nodes (a role
+     that drifts twice does so on one node: each role run in full costs the two site.yml runs below); and
      microk8s's: the snap's refresh hold lifted, a user taken out of the microk8s group, the GPU node label removed and
      a wanted addon disabled (the last two through MicroK8s on the head, where kubectl runs: workers refuse it);
   3. site.yml --check --diff: each role that drifted says it would change something on that node, the other roles that
@@ -57,7 +58,7 @@ DRIFTS = [Drift(*case) for case in [
      "nvidia-container-toolkit-base=1.17.9-1 libnvidia-container-tools=1.17.9-1 libnvidia-container1=1.17.9-1 "
      ">/dev/null && apt-mark hold -qq nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools "
      "libnvidia-container1"),
-    ("nccl", "sim-gpu2", "a hold", "apt-mark showhold libnccl2", "apt-mark unhold libnccl2"),
+    ("nccl", "sim-gpu1", "a hold", "apt-mark showhold libnccl2", "apt-mark unhold libnccl2"),
     ("preflight", "sim-gpu2", "a package the role keeps installed", "dpkg-query -W -f '${db:Status-Abbrev}' fio",
      "apt-get remove -y -q fio >/dev/null"),
     ("nccl", "sim-gpu1", "a config file's content", "sha256sum /etc/nccl.conf", "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf"),
@@ -66,7 +67,7 @@ DRIFTS = [Drift(*case) for case in [
      "rm /etc/apt/sources.list.d/nvidia-container-toolkit.sources"),
     ("nvidia_driver", "sim-gpu1", "a kernel module option", "sha256sum /etc/modprobe.d/dlinfra-blacklist-nouveau.conf",
      "echo 'options nouveau modeset=1' > /etc/modprobe.d/dlinfra-blacklist-nouveau.conf"),
-    ("nvidia_driver", "sim-gpu2", "a service's state", "systemctl is-enabled nvidia-persistenced",
+    ("nvidia_driver", "sim-gpu1", "a service's state", "systemctl is-enabled nvidia-persistenced",
      "systemctl disable -q nvidia-persistenced"),
     ("gpu_monitoring", "sim-gpu1", "a timer's state", "systemctl is-active dlinfra-gpu-metrics.timer",
      "systemctl stop dlinfra-gpu-metrics.timer"),
