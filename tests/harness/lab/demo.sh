@@ -23,7 +23,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PATH="$PWD/.venv/bin:$PATH"
-inventory=(-i inventories/sim)
+# DEMO_INVENTORY: another inventory of the lab's hosts (the airgap stage's leaves out a GPU node)
+inventory=(-i "${DEMO_INVENTORY:-inventories/sim}")
 network=dlinfra-sim
 airgap=${AIRGAP:-0}
 [ "$airgap" = 1 ] || airgap=0
