@@ -60,7 +60,9 @@ tests/harness/packaging/ee_check.sh "$tarball"
 core=$(grep -E '^ansible-core==' requirements.txt)
 step "a fresh venv with only $core"
 # The distribution's python3, as on a fresh Debian machine (not whatever a PATH of this one puts first).
-"$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )" -m venv "$work/venv"
+user_python=python3
+if [ -x /usr/bin/python3 ]; then user_python=/usr/bin/python3; fi
+"$user_python" -m venv "$work/venv"
 "$work/venv/bin/pip" install --disable-pip-version-check -q "$core" >"$work/pip.log" 2>&1 || { cat "$work/pip.log"; fail "pip install $core"; }
 extra=$("$work/venv/bin/pip" list --format=freeze --disable-pip-version-check | grep -viE '^(ansible-core|cryptography|cffi|pycparser|jinja2|markupsafe|packaging|pyyaml|resolvelib|pip|setuptools)==' || true)
 [ -z "$extra" ] || fail "the user's venv holds more than ansible-core and its requirements: $extra"

@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 # The distribution's interpreter where there is one: Debian builds it with profile-guided and link-time optimization, a
 # source build (pyenv's default) without; the unit tests took 16-18 % less CPU in it, a playbook's controller 5 %.
-python=${PYTHON:-$( [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3 )}
+python=${PYTHON:-python3}
+if [ -z "${PYTHON:-}" ] && [ -x /usr/bin/python3 ]; then python=/usr/bin/python3; fi
 command -v "$python" >/dev/null || { echo "ensure_venv: $python not found: install python3 (3.11) and python3-venv" >&2; exit 1; }
 key=$( { cat requirements.txt; "$python" -c 'import sys; print(sys.version, sys.executable)'; } | sha256sum | cut -c1-16)
 cache=${DLINFRA_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dlinfra-gpu-cluster}
