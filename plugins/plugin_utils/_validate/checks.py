@@ -20,7 +20,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.resu
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import monitoring as validate_monitoring
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks, node_fabric
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.security import listeners_check
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
@@ -408,13 +408,14 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     for host in sorted(nodes):
         raw = nodes[host]
         if not raw:
-            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None})
+            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None,
+                                    "fabric": None})
             report["checks"].append(dict(check("node.reachable", "fail", "%s failed or was unreachable before validate read "
                                                "it; see the run's output above the report" % host), node=host))
             continue
         gpu = raw.get("gpu") if raw["gpu_node"] and ran(raw.get("gpu")) else {}
         report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"],
-                                "driver": node_driver(gpu)})
+                                "driver": node_driver(gpu), "fabric": node_fabric(raw) if raw["gpu_node"] else None})
         checks = [check("node.reachable", "pass", "read")]
         cluster_hosts = by_cluster[raw["cluster"]]
         head = next((h for h in cluster_hosts if nodes[h]["first_head"]), None)

@@ -4,6 +4,7 @@
 inventory expects ACTIVE at the cluster's rate and link layer) and fabric.gpudirect (GPUDirect RDMA where expected).
 The sentences come from plugin_utils/_fabric; a node without HCAs where none are expected has nothing to check."""
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils._rdma.pcie_paths import RELATIONS
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._fabric.gpudirect import gpudirect_problem
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._fabric.ports import ALL, port_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.result import check, ran
@@ -11,6 +12,28 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.resu
 
 def _ports(hcas):
     return [(hca["name"], port) for hca in hcas for port in hca.get("ports") or []]
+
+
+def node_fabric(raw):
+    """What the report's node table shows of a GPU node's fabric, or None where rdma_fabric_facts did not run or failed:
+    {"hcas": [{"name", "ports": [{"port", "state", "link_layer", "rate_gbps"}], "nearest_gpus", "relation"}]}, where
+    nearest_gpus are the GPUs (PCI addresses) closest to the HCA on PCIe and relation how close (RELATIONS: PIX is one
+    switch apart, SYS across sockets; null where sysfs places neither)."""
+    facts = raw.get("fabric") or {}
+    if not ran(facts) or "hcas" not in facts:
+        return None
+    hcas = []
+    for hca in facts.get("hcas") or []:
+        paths = [path for path in facts.get("pcie_paths") or []
+                 if path.get("hca") == hca["name"] and path.get("relation") in RELATIONS]
+        best = min((RELATIONS.index(path["relation"]) for path in paths), default=None)
+        hcas.append({"name": hca["name"],
+                     "ports": [{key: port.get(key) for key in ("port", "state", "link_layer", "rate_gbps")}
+                               for port in hca.get("ports") or []],
+                     "nearest_gpus": sorted(path["gpu_pci_address"] for path in paths
+                                            if RELATIONS.index(path["relation"]) == best),
+                     "relation": None if best is None else RELATIONS[best]})
+    return {"hcas": hcas}
 
 
 def fabric_checks(host, raw):

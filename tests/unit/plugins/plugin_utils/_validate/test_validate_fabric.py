@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks, node_fabric
 
 PORT = {"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)",
         "rate_gbps": 400.0}
@@ -69,3 +69,28 @@ def test_a_failed_module_fails_both_and_one_not_run_skips_both():
     failed = run({"failed": False, "msg": "sysfs_root /sys is not a directory"})
     assert failed == [("fail", "rdma_fabric_facts failed: sysfs_root /sys is not a directory")] * 2
     assert run({"skipped": True}) == [("skip", "rdma_fabric_facts did not run on this node")] * 2
+
+
+def test_the_node_table_shows_each_hca_with_its_ports_and_nearest_gpus():
+    facts = copy.deepcopy(FACTS)
+    facts["pcie_paths"] = [
+        {"hca": "mlx5_0", "gpu_pci_address": "0000:18:00.0", "relation": "PIX"},
+        {"hca": "mlx5_0", "gpu_pci_address": "0000:9a:00.0", "relation": "SYS"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:18:00.0", "relation": "SYS"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:9a:00.0", "relation": "NODE"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:ab:00.0", "relation": "NODE"},
+    ]
+    port = {"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "rate_gbps": 400.0}
+    assert node_fabric({"fabric": facts}) == {"hcas": [
+        {"name": "mlx5_0", "ports": [port], "nearest_gpus": ["0000:18:00.0"], "relation": "PIX"},
+        {"name": "mlx5_1", "ports": [port], "nearest_gpus": ["0000:9a:00.0", "0000:ab:00.0"], "relation": "NODE"}]}
+
+
+def test_an_hca_sysfs_cannot_place_has_no_nearest_gpu():
+    facts = dict(copy.deepcopy(FACTS), pcie_paths=[{"hca": "mlx5_0", "gpu_pci_address": "0000:18:00.0", "relation": None}])
+    assert [(h["nearest_gpus"], h["relation"]) for h in node_fabric({"fabric": facts})["hcas"]] == [([], None), ([], None)]
+
+
+@pytest.mark.parametrize("facts", [None, {"skipped": True}, {"failed": True, "msg": "no sysfs"}])
+def test_no_fabric_where_the_facts_did_not_run_or_failed(facts):
+    assert node_fabric({"fabric": facts}) is None
