@@ -4,10 +4,12 @@
 port down, a slow port, GPUDirect expected and missing, the module failing or not run."""
 
 import copy
+import pathlib
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks, node_fabric
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import (
+    fabric_checks, node_fabric, transport_check)
 
 PORT = {"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)",
         "rate_gbps": 400.0}
@@ -94,3 +96,46 @@ def test_an_hca_sysfs_cannot_place_has_no_nearest_gpu():
 @pytest.mark.parametrize("facts", [None, {"skipped": True}, {"failed": True, "msg": "no sysfs"}])
 def test_no_fabric_where_the_facts_did_not_run_or_failed(facts):
     assert node_fabric({"fabric": facts}) is None
+
+
+LOGS = pathlib.Path(__file__).parents[1] / "_nccl" / "fixtures" / "nccl_transport"
+
+
+def transport(log, hca_count=2, reason=None, rc=0, **expected):
+    first = {"allreduce_multinode": {"rc": rc, "stdout": (LOGS / log).read_text(), "stderr": ""},
+             "fabric": {"changed": False, "hca_count": hca_count, "hcas": []}}
+    result = transport_check(first, dict(EXPECTED, **expected), reason)
+    assert result["check"] == "nccl.transport"
+    return result
+
+
+def test_nccl_over_ib_with_gdr_passes_where_gdr_is_expected():
+    result = transport("ib_gdr_two_nodes.log", fabric_gpudirect=True)
+    assert (result["status"], result["expected"]) == ("pass", "NET/IB with GPUDirect RDMA")
+    assert result["message"].startswith("NCCL ran the all-reduce's inter-node channels over IB: ")
+    assert result["measured"].endswith("with GPUDirect RDMA, 0 over sockets")
+
+
+def test_sockets_on_nodes_with_hcas_fail_quoting_nccls_line():
+    result = transport("socket_two_nodes.log")
+    assert result["status"] == "fail"
+    assert "over sockets although the nodes have HCAs: '" in result["message"] and "via NET/Socket/" in result["message"]
+
+
+def test_sockets_on_nodes_without_hcas_pass():
+    assert transport("socket_two_nodes.log", hca_count=0)["status"] == "pass"
+
+
+def test_ib_without_gdr_fails_only_where_gdr_is_expected():
+    assert transport("ib_gdr_disabled_two_nodes.log")["status"] == "pass"
+    result = transport("ib_gdr_disabled_two_nodes.log", fabric_gpudirect="dmabuf")
+    assert result["status"] == "fail" and "without GPUDirect RDMA, through host memory" in result["message"]
+    assert "GPU Direct RDMA Disabled for HCA" in result["message"]
+
+
+def test_no_transport_is_judged_where_the_all_reduce_did_not_run_or_failed():
+    assert transport("ib_gdr_two_nodes.log", reason="validate_nccl_multinode is false")["message"] == (
+        "validate_nccl_multinode is false")
+    failed = transport("ib_gdr_two_nodes.log", rc=1)
+    assert (failed["status"], failed["message"]) == (
+        "skip", "the multi-node all-reduce failed (nccl.busbw_multinode says how)")
