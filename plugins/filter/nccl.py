@@ -4,6 +4,7 @@
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.preflight import preflight_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.rdma import availability_problem
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.validate import run_problem, skip_reason
 
 
@@ -26,6 +27,12 @@ def nccl_run_problem(busbw, run, expected_ranks, metric, floor):
                        busbw.get(metric), floor)
 
 
+def nccl_rdma_availability_problem(madison_lines, host, versions):
+    """'' when apt can install the pinned RDMA versions, else why not (see plugin_utils/_nccl/rdma)."""
+    return availability_problem(host, madison_lines, dict(versions))
+
+
 class FilterModule:
     def filters(self):
-        return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason, "nccl_run_problem": nccl_run_problem}
+        return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason, "nccl_run_problem": nccl_run_problem,
+                "nccl_rdma_availability_problem": nccl_rdma_availability_problem}

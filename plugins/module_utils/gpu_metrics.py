@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import os
 import shlex
 import signal
@@ -221,6 +222,9 @@ def _families():
         ("nvidia_gpu_mig_mode_enabled", "gauge", "1 when MIG is on now."),
         ("nvidia_gpu_mig_mode_pending_enabled", "gauge", "MIG mode after the next GPU reset."),
         ("nvidia_gpu_mig_devices", "gauge", "MIG devices on the GPU."),
+        ("dlinfra_fabric_expected_rate_bytes_per_second", "gauge",
+         "The rate every active RDMA port of this node should run at, as node exporter's "
+         "node_infiniband_rate_bytes_per_second counts it (gpu_monitoring_fabric_expected_rate_gbps; absent: none)."),
     )
     return {name: MetricFamily(name, kind, text) for name, kind, text in specs}
 
@@ -280,10 +284,14 @@ def _add_gpu(families, gpu):
 
 
 def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys", procfs_root="/proc",
-            kernel_log=DEFAULT_KERNEL_LOG, state_file=DEFAULT_STATE_FILE, staging_index=None):
+            kernel_log=DEFAULT_KERNEL_LOG, state_file=DEFAULT_STATE_FILE, staging_index=None,
+            fabric_expected_rate_gbps=None):
     """(metrics text, [problems]) for one run; staging_index: the shard_staging role's index of datasets (None or
-    '': no staging series)."""
+    '': no staging series); fabric_expected_rate_gbps: the RDMA ports' expected rate in Gb/s (None: no series)."""
     families, problems = _families(), []
+    if fabric_expected_rate_gbps:
+        # sysfs' "400 Gb/sec (4X NDR)", as node exporter reports it: bytes a second
+        families["dlinfra_fabric_expected_rate_bytes_per_second"].add((), fabric_expected_rate_gbps * 1e9 / 8)
     families.update(staging_families())
     pci_gpus = scan_pci_devices(sysfs_root)[0]
     families["nvidia_gpus_on_pci"].add((), len(pci_gpus))
@@ -323,6 +331,16 @@ def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys",
     return render(families.values()), problems
 
 
+def _rate(text):
+    """A rate in Gb/s from the command line: '' is none, else a positive number."""
+    if not text.strip():
+        return None
+    rate = float(text)
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(text)
+    return rate
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Write NVIDIA GPU metrics for node_exporter's textfile collector (dlinfra.gpu_cluster.gpu_monitoring).")
@@ -336,6 +354,8 @@ def main(argv=None):
     parser.add_argument("--state-file", default=DEFAULT_STATE_FILE, help="Xid counts kept per boot (default: %(default)s)")
     parser.add_argument("--staging-index", default=DEFAULT_STAGING_INDEX,
                         help="shard_staging's index of the node's datasets; '' reads none (default: %(default)s)")
+    parser.add_argument("--fabric-expected-rate-gbps", type=_rate, default=None,
+                        help="the rate in Gb/s every active RDMA port should run at; '' for none (default)")
     parser.add_argument("--sysfs-root", default="/sys")
     parser.add_argument("--procfs-root", default="/proc")
     options = parser.parse_args(argv)
@@ -343,7 +363,8 @@ def main(argv=None):
         parser.error("--timeout must be a positive number of seconds")
 
     text, problems = collect(options.command, options.timeout, options.sysfs_root, options.procfs_root,
-                             options.kernel_log, options.state_file, options.staging_index)
+                             options.kernel_log, options.state_file, options.staging_index,
+                             options.fabric_expected_rate_gbps)
     for problem in problems:
         sys.stderr.write(problem + "\n")
     if not options.textfile_directory or options.textfile_directory == "-":

@@ -8,6 +8,7 @@ import re
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.sockets import listening
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.tls import certificate_problems
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._fabric.ports import expected_rate
 
 MIN_INTERVAL_S = 5
 # What node exporter's and Prometheus' web configuration takes in basic_auth_users (exporter-toolkit: bcrypt only).
@@ -72,8 +73,8 @@ def web_problems(settings, host, tls_found=None):
 def preflight_problems(settings, host, ss_lines=None, ss_error=None, tls_found=None):
     """'HOST: WHAT; fix: HOW' for each problem with the role's settings on host; [] when there is none.
 
-    settings: interval, nvidia_smi_command, nvidia_smi_timeout, textfile_directory, node_exporter_port,
-    node_exporter_process_names (what the distribution's node exporter is called in ss' process column),
+    settings: interval, nvidia_smi_command, nvidia_smi_timeout, textfile_directory, fabric_expected_rate_gbps,
+    node_exporter_port, node_exporter_process_names (what the distribution's node exporter is called in ss' process column),
     node_exporter_uid (the uid its unit runs as, None before the package made the user: a listener ss cannot name
     that belongs to it is node exporter itself), supported (the platform has a vars file) and platform (for the
     message), and those of web_problems, with tls_found.
@@ -94,6 +95,12 @@ def preflight_problems(settings, host, ss_lines=None, ss_error=None, tls_found=N
         problems.append("%s: gpu_monitoring_nvidia_smi_timeout=%s is not below gpu_monitoring_interval=%s, so a hung "
                         "nvidia-smi would take every run; fix: set the timeout below the interval"
                         % (host, settings.get("nvidia_smi_timeout"), settings.get("interval")))
+    try:
+        expected_rate(settings.get("fabric_expected_rate_gbps"))
+    except (TypeError, ValueError):
+        problems.append("%s: gpu_monitoring_fabric_expected_rate_gbps=%r is not a rate in Gb/s; fix: give the rate "
+                        "every RDMA port should run at as a positive number (400 for NDR, 200 for HDR), or leave it "
+                        "empty" % (host, settings.get("fabric_expected_rate_gbps")))
     if not str(settings.get("nvidia_smi_command") or "").strip():
         problems.append("%s: gpu_monitoring_nvidia_smi_command is empty; fix: leave it at 'nvidia-smi -q -x' or give "
                         "a command that prints that report" % host)

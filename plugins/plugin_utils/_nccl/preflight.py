@@ -12,8 +12,9 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_i
 
 SETTINGS = ("distribution", "major_version", "releases", "default_source", "distribution_cuda", "source", "version",
             "cuda_version", "conf_extra", "conf", "tests_install", "tests_sha256", "tests_src", "tests_url", "tests_nvcc",
-            "tests_mpi", "validate", "validate_multinode")
-FOUND = ("nvcc_exists",)
+            "tests_mpi", "validate", "validate_multinode", "package_manager", "rdma", "rdma_wanted", "rdma_versions")
+FOUND = ("nvcc_exists", "hca_count")
+RDMA_CHOICES = ("auto", "true", "false")
 
 _CUDA_VERSION = re.compile(r"^[0-9]+\.[0-9]+$")
 _NCCL_VERSION = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
@@ -34,8 +35,11 @@ def preflight_problems(settings, found):
     know), source (the effective nccl_source), version (nccl_version), cuda_version (nccl_cuda_version), conf_extra
     (nccl_conf_extra), conf (nccl.conf's settings, [key, value] pairs), tests_install, tests_sha256, tests_src
     (nccl_tests_*), tests_url (the URL of the nccl-tests archive), tests_nvcc (the path of CUDA's compiler), tests_mpi,
-    validate and validate_multinode (nccl_tests_mpi, nccl_validate, nccl_validate_multinode).
-    found: nvcc_exists (whether tests_nvcc exists on the host; read only where nccl-tests are built).
+    validate and validate_multinode (nccl_tests_mpi, nccl_validate, nccl_validate_multinode), package_manager (apt or
+    dnf), rdma (nccl_rdma), rdma_wanted (whether this node gets the RDMA userspace) and rdma_versions ({rdma_core,
+    perftest}: the versions it would get, '' where neither the variable nor the release gives one).
+    found: nvcc_exists (whether tests_nvcc exists on the host; read only where nccl-tests are built), hca_count (the
+    node's RDMA devices, rdma_fabric_facts).
     """
     check_keys("settings", settings, SETTINGS)
     check_keys("found", found, FOUND)
@@ -84,4 +88,26 @@ def preflight_problems(settings, found):
     if settings.get("validate") and settings.get("validate_multinode") and not settings.get("tests_mpi"):
         problems.append("nccl_validate_multinode is true but nccl_tests_mpi is false: a binary built without MPI runs one "
                         "independent test per node under mpirun; set nccl_tests_mpi: true")
+    problems.extend(_rdma_problems(settings, found, platform))
     return problems
+
+
+def _rdma_problems(settings, found, platform):
+    rdma = str(settings.get("rdma")).lower()
+    if rdma not in RDMA_CHOICES:
+        return ["nccl_rdma=%r is none of auto, true and false; set auto (the RDMA userspace on nodes with an HCA), true "
+                "or false" % (settings.get("rdma"),)]
+    if settings.get("rdma_wanted") not in (True, "True", "true"):
+        return []
+    why = "nccl_rdma is true" if rdma == "true" else "nccl_rdma is auto and the node has %s RDMA device(s)" % found.get(
+        "hca_count")
+    if settings.get("package_manager") != "apt":
+        return ["%s, but the role installs the RDMA userspace with apt only (Debian, Ubuntu), not on %s; install "
+                "rdma-core, libibverbs-utils, infiniband-diags and perftest yourself and set nccl_rdma: false" % (why, platform)]
+    versions = settings.get("rdma_versions") or {}
+    missing = [variable for key, variable in (("rdma_core", "nccl_rdma_version"), ("perftest", "nccl_rdma_perftest_version"))
+               if not str(versions.get(key) or "").strip()]
+    if missing:
+        return ["%s, but the role knows no RDMA package versions for %s; set %s to the versions its archive carries "
+                "(apt-cache policy rdma-core perftest), or nccl_rdma: false" % (why, platform, " and ".join(missing))]
+    return []

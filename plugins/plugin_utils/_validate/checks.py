@@ -20,7 +20,8 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.resu
     check, consistency, ran, version_matches, versions_in_names)
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.byte_units import human_bytes
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import monitoring as validate_monitoring
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import (
+    fabric_checks, node_fabric, transport_check)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.security import listeners_check
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
@@ -154,8 +155,8 @@ def busbw_check(name, result, floor, reason):
 
 
 def nccl_bandwidth(raw, floor, cluster_first):
-    """Checks nccl.busbw (this node's GPUs) and nccl.busbw_multinode (the cluster's GPU nodes, measured from its
-    first GPU node, whose raw data is cluster_first), with their measurements."""
+    """Checks nccl.busbw (this node's GPUs), nccl.busbw_multinode (the cluster's GPU nodes, measured from its first GPU
+    node, whose raw data is cluster_first) and nccl.transport (what that run went over), with their measurements."""
     reason = _gpu_reason(raw)
     if not reason and not raw.get("allreduce_bin"):
         reason = "nccl-tests is not installed (all_reduce_perf); set nccl_tests_install: true"
@@ -168,7 +169,8 @@ def nccl_bandwidth(raw, floor, cluster_first):
                                   "the cluster's first GPU node did not run the multi-node all-reduce")
     multi, multi_value = busbw_check("nccl.busbw_multinode", (cluster_first or {}).get("allreduce_multinode") or {},
                                      floor, multi_reason)
-    return [single, multi], (single_value, single_reason), (multi_value, multi_reason)
+    transport = transport_check(cluster_first, raw["expected"], multi_reason)
+    return [single, multi, transport], (single_value, single_reason), (multi_value, multi_reason)
 
 
 # ---- Kubernetes ------------------------------------------------------------------------------------------------
@@ -408,13 +410,14 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
     for host in sorted(nodes):
         raw = nodes[host]
         if not raw:
-            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None})
+            report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None,
+                                    "fabric": None})
             report["checks"].append(dict(check("node.reachable", "fail", "%s failed or was unreachable before validate read "
                                                "it; see the run's output above the report" % host), node=host))
             continue
         gpu = raw.get("gpu") if raw["gpu_node"] and ran(raw.get("gpu")) else {}
         report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"],
-                                "driver": node_driver(gpu)})
+                                "driver": node_driver(gpu), "fabric": node_fabric(raw) if raw["gpu_node"] else None})
         checks = [check("node.reachable", "pass", "read")]
         cluster_hosts = by_cluster[raw["cluster"]]
         head = next((h for h in cluster_hosts if nodes[h]["first_head"]), None)

@@ -153,12 +153,29 @@ def _driver_cell(driver):
     return "%s / %s" % (", ".join(driver["architectures"]), loaded.strip())
 
 
+def _fabric_cell(fabric):
+    """'mlx5_0 1 ACTIVE 400 Gb/s InfiniBand, PIX to 0000:18:00.0; ...', 'no HCA', '-' where not read or no GPUs."""
+    if not fabric:
+        return "-"
+    if not fabric["hcas"]:
+        return "no HCA"
+    cells = []
+    for hca in fabric["hcas"]:
+        ports = ", ".join("%s %s%s %s" % (port["port"], port["state"] or "?",
+                                           " %g Gb/s" % port["rate_gbps"] if port["rate_gbps"] else "",
+                                           port["link_layer"] or "") for port in hca["ports"]) or "no port"
+        near = ", %s to %s" % (hca["relation"], " ".join(hca["nearest_gpus"])) if hca["relation"] else ""
+        cells.append("%s %s%s" % (hca["name"], ports.strip(), near))
+    return "; ".join(cells)
+
+
 def _summary_table(report, summary):
     columns = _columns(report)
     meta = {node["name"]: node for node in report.get("nodes") or []}
     by_cell = {(item["node"], item["check"]): item for item in report.get("checks") or []}
     out = ['<table id="summary">', "<thead>", '<tr><th rowspan="2">node</th><th rowspan="2">cluster / rack</th>'
-           '<th rowspan="2">GPUs / driver</th><th rowspan="2">result</th>']
+           '<th rowspan="2">GPUs / driver</th><th rowspan="2">HCAs, ports / nearest GPUs</th>'
+           '<th rowspan="2">result</th>']
     out += ['<th class="category" colspan="%d">%s</th>' % (len(ids), _e(category)) for category, ids in columns]
     out.append("</tr><tr>")
     out += ['<th class="check" title="%s">%s</th>' % (_e(check), _e(check.split(".", 1)[-1])) for dummy, ids in columns for check in ids]
@@ -167,8 +184,9 @@ def _summary_table(report, summary):
     for name, status in summary["nodes"].items():
         node = meta.get(name) or {}
         place = " / ".join(_e(node.get(key) or "-") for key in ("cluster", "rack"))
-        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td>%s</td><td class="%s">%s</td>' % (
-            _e(name), _e(name), place, _e(_driver_cell(node.get("driver"))), status, status.upper()))
+        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td class="%s">%s</td>' % (
+            _e(name), _e(name), place, _e(_driver_cell(node.get("driver"))), _e(_fabric_cell(node.get("fabric"))),
+            status, status.upper()))
         for dummy, ids in columns:
             for check in ids:
                 item = by_cell.get((name, check))

@@ -245,6 +245,24 @@ def test_main_writes_the_textfile_atomically(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_main_writes_the_expected_fabric_rate_in_node_exporters_unit(tmp_path, capsys):
+    base = ["--command", "false", "--kernel-log", "", "--state-file", "", "--sysfs-root", str(tmp_path),
+            "--procfs-root", str(tmp_path)]
+    assert main(base + ["--fabric-expected-rate-gbps", "400"]) == 0
+    families = parse_exposition(capsys.readouterr().out)
+    # sysfs' "400 Gb/sec (4X NDR)" is 5e10 bytes a second in node_infiniband_rate_bytes_per_second
+    assert value(families, "dlinfra_fabric_expected_rate_bytes_per_second") == 5e10
+    assert main(base + ["--fabric-expected-rate-gbps", ""]) == 0
+    assert "dlinfra_fabric_expected_rate_bytes_per_second " not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rate", ["fast", "0", "-400", "nan"])
+def test_main_refuses_an_expected_fabric_rate_that_is_not_a_rate(tmp_path, capsys, rate):
+    with pytest.raises(SystemExit):
+        main(["--command", "false", "--kernel-log", "", "--fabric-expected-rate-gbps", rate])
+    assert "--fabric-expected-rate-gbps" in capsys.readouterr().err
+
+
 def test_main_says_why_nvidia_smi_is_down_on_stderr(tmp_path, capsys):
     code = main(["--command", "false", "--kernel-log", "", "--state-file", "", "--sysfs-root", str(tmp_path),
                  "--procfs-root", str(tmp_path)])
@@ -281,8 +299,8 @@ def test_eight_gpus_cost_well_under_the_cpu_target(tmp_path):
 def test_the_metric_names_are_the_documented_ones():
     """Names the alert rules and the dashboard will use: a rename is a breaking change, so it shows here."""
     names = set(gpu_metrics._families())  # pylint: disable=protected-access
-    assert len(names) == 37
-    assert {"nvidia_smi_up", "nvidia_gpus_on_pci", "nvidia_gpus_answering", "nvidia_driver_info",
+    assert len(names) == 38
+    assert {"dlinfra_fabric_expected_rate_bytes_per_second", "nvidia_smi_up", "nvidia_gpus_on_pci", "nvidia_gpus_answering", "nvidia_driver_info",
             "nvidia_xid_events_total", "nvidia_gpu_temperature_celsius", "nvidia_gpu_power_draw_watts",
             "nvidia_gpu_memory_used_bytes", "nvidia_gpu_ecc_volatile_errors_total",
             "nvidia_gpu_remapped_rows_failed", "nvidia_gpu_clock_event_reason_active"} <= names

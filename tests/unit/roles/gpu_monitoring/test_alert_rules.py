@@ -23,15 +23,20 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate impo
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 RULES = ROOT / "roles" / "gpu_monitoring" / "files" / "prometheus" / "dlinfra-gpu.rules.yml"
 UNIT_TESTS = pathlib.Path(__file__).with_name("alert_rules_test.yml")
-# Series from elsewhere than the collector: Prometheus' own per target, node exporter's free bytes per filesystem.
-OTHER_SERIES = {"up", "node_filesystem_avail_bytes"}
-# The labels the collector and the scrape give the series the alerts read.
+# Series from elsewhere than the collector: Prometheus' own per target, node exporter's free bytes per filesystem and
+# its infiniband collector's RDMA ports (node_exporter's collector/infiniband_linux.go names them).
+OTHER_SERIES = {"up", "node_filesystem_avail_bytes", "node_infiniband_state_id", "node_infiniband_rate_bytes_per_second",
+                "node_infiniband_symbol_error_total", "node_infiniband_link_downed_total",
+                "node_infiniband_port_errors_received_total"}
+# The labels the collector and the scrape give the series the alerts read (device and port: node exporter's RDMA
+# ports; counter: the one RdmaPortErrors adds).
 KNOWN_LABELS = {"instance", "job", "gpu", "uuid", "model", "pci_bus_id", "xid", "type", "reason", "cause", "dataset",
-                "result", "state", "mountpoint"}
+                "result", "state", "mountpoint", "device", "port", "counter"}
 # Check ids of validate that are not GPU checks: monitoring.up is issue 35's item 6; a staging alert names the dataset
 # check (validate_checks.dataset_checks: dataset.NAME.placement) of the dataset in its labels, or the staging
-# filesystem's free space (validate_checks.storage_checks: storage.free_space).
-OTHER_CHECKS = {"monitoring.up", "dataset.{{ $labels.dataset }}.placement", "storage.free_space"}
+# filesystem's free space (validate_checks.storage_checks: storage.free_space); the RDMA alerts name the HCA ports'
+# check (_validate/fabric.py: fabric.ports).
+OTHER_CHECKS = {"monitoring.up", "dataset.{{ $labels.dataset }}.placement", "storage.free_space", "fabric.ports"}
 WRITTEN = set(gpu_metrics._families()) | set(staging_metrics.staging_families())  # pylint: disable=protected-access
 
 

@@ -219,7 +219,8 @@ def test_every_problem_is_reported_at_once():
 def test_platform_files_are_complete(platform):
     keys = set(yaml.safe_load(platform_file(ROLE, *PLATFORMS[platform]).read_text()))
     assert keys == {"__nccl_package_manager", "__nccl_releases", "__nccl_packages", "__nccl_tests_cuda_home",
-                    "__nccl_tests_mpi_home", "__nccl_tests_build_packages", "__nccl_tests_mpi_packages"}
+                    "__nccl_tests_mpi_home", "__nccl_tests_build_packages", "__nccl_tests_mpi_packages",
+                    "__nccl_rdma_releases", "__nccl_rdma_core_packages"}
 
 
 # Validation: which hosts are measured (no GPU here, so the decision is checked on the facts module's states) ------------

@@ -61,6 +61,11 @@ def test_listeners_on_the_port(lines, expected):
     ({"nvidia_smi_command": "  "}, ["gpu_monitoring_nvidia_smi_command is empty"]),
     ({"textfile_directory": "prom"}, ["gpu_monitoring_textfile_directory='prom' is not an absolute path"]),
     ({"supported": False, "platform": "Rocky 9"}, ["n1: Rocky 9 is not supported by gpu_monitoring yet"]),
+    ({"fabric_expected_rate_gbps": "NDR"}, ["gpu_monitoring_fabric_expected_rate_gbps='NDR' is not a rate in Gb/s"]),
+    ({"fabric_expected_rate_gbps": 0}, ["gpu_monitoring_fabric_expected_rate_gbps=0 is not a rate in Gb/s"]),
+    ({"fabric_expected_rate_gbps": -200}, ["gpu_monitoring_fabric_expected_rate_gbps=-200 is not a rate"]),
+    ({"fabric_expected_rate_gbps": True}, ["gpu_monitoring_fabric_expected_rate_gbps=True is not a rate"]),
+    ({"fabric_expected_rate_gbps": [400]}, ["gpu_monitoring_fabric_expected_rate_gbps=[400] is not a rate"]),
 ])
 def test_each_bad_setting_is_one_problem_naming_host_and_variable(change, words):
     problems = preflight_problems(dict(GOOD, **change), "n1", [])
@@ -69,6 +74,11 @@ def test_each_bad_setting_is_one_problem_naming_host_and_variable(change, words)
     assert "; fix: " in problems[0]
     for word in words:
         assert word in problems[0]
+
+
+@pytest.mark.parametrize("rate", ["", None, 400, "200", 12.5])
+def test_an_expected_fabric_rate_is_a_positive_number_or_none(rate):
+    assert preflight_problems(dict(GOOD, fabric_expected_rate_gbps=rate), "n1", []) == []
 
 
 def test_a_port_clash_names_every_other_program_with_its_pid_and_address():

@@ -13,11 +13,12 @@ DEBIAN13 = {
     "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "default_source": "distribution",
     "distribution_cuda": "12.4", "source": "distribution", "version": "2.22.3", "cuda_version": "", "conf_extra": {},
     "conf": [], "tests_install": False, "tests_sha256": "", "tests_src": "", "tests_url": URL, "tests_nvcc": "/usr/bin/nvcc",
-    "tests_mpi": False, "validate": False, "validate_multinode": False,
+    "tests_mpi": False, "validate": False, "validate_multinode": False, "package_manager": "apt", "rdma": "auto",
+    "rdma_wanted": False, "rdma_versions": {"rdma_core": "56.1-1", "perftest": "25.01.0+0.80-1"},
 }
 UBUNTU24 = dict(DEBIAN13, distribution="Ubuntu", major_version="24", releases=["22", "24"], default_source="cuda",
                 distribution_cuda="", source="cuda", cuda_version="12.6", tests_nvcc="/usr/local/cuda/bin/nvcc")
-NO_NVCC = {"nvcc_exists": False}
+NO_NVCC = {"nvcc_exists": False, "hca_count": 0}
 
 UNSUPPORTED = "Debian 11 is not supported; supported Debian releases: 12, 13"
 NO_PACKAGE = ("Debian 12 has no NCCL package in its archive (Debian 13 is the first with libnccl2, in contrib); set "
@@ -32,7 +33,7 @@ def problems(base=None, found=None, **settings):
 
 def test_the_keys_are_those_the_docs_name():
     assert set(DEBIAN13) == set(SETTINGS)
-    assert FOUND == ("nvcc_exists",)
+    assert FOUND == ("nvcc_exists", "hca_count")
 
 
 @pytest.mark.parametrize("base, settings", [
@@ -49,7 +50,7 @@ def test_the_keys_are_those_the_docs_name():
     pytest.param(DEBIAN13, {"validate_multinode": True}, id="multinode-without-validation"),
 ])
 def test_good_settings_are_no_problem(base, settings):
-    assert problems(base, {"nvcc_exists": True}, **settings) == []
+    assert problems(base, {"nvcc_exists": True, "hca_count": 0}, **settings) == []
 
 
 def test_an_unsupported_release():
@@ -147,3 +148,32 @@ def test_an_unknown_key_is_refused_by_name():
         problems(cuda="12.4")
     with pytest.raises(ValueError, match="found has unknown key.s. nvcc"):
         problems(found={"nvcc": True})
+
+
+@pytest.mark.parametrize("settings", [
+    pytest.param({"rdma": "auto", "rdma_wanted": True}, id="auto-with-hcas"),
+    pytest.param({"rdma": True, "rdma_wanted": True}, id="true-as-yaml-gives-it"),
+    pytest.param({"rdma": False, "rdma_versions": {"rdma_core": "", "perftest": ""}}, id="false-needs-no-versions"),
+    pytest.param({"rdma": "auto", "package_manager": "dnf"}, id="auto-without-hcas-on-dnf"),
+])
+def test_rdma_settings_that_are_no_problem(settings):
+    assert problems(found={"nvcc_exists": False, "hca_count": 2}, **settings) == []
+
+
+def test_rdma_that_is_none_of_the_choices():
+    assert problems(rdma="yes") == [
+        "nccl_rdma='yes' is none of auto, true and false; set auto (the RDMA userspace on nodes with an HCA), true or false"]
+
+
+def test_rdma_wanted_where_the_role_knows_no_versions_names_both_variables():
+    assert problems(UBUNTU24, {"nvcc_exists": False, "hca_count": 2}, rdma_wanted=True,
+                    rdma_versions={"rdma_core": "", "perftest": ""}) == [
+        "nccl_rdma is auto and the node has 2 RDMA device(s), but the role knows no RDMA package versions for Ubuntu 24; "
+        "set nccl_rdma_version and nccl_rdma_perftest_version to the versions its archive carries (apt-cache policy "
+        "rdma-core perftest), or nccl_rdma: false"]
+
+
+def test_rdma_wanted_with_dnf_says_to_install_it_yourself():
+    assert problems(rdma="true", rdma_wanted=True, package_manager="dnf", distribution="Rocky", major_version="9") == [
+        "nccl_rdma is true, but the role installs the RDMA userspace with apt only (Debian, Ubuntu), not on Rocky 9; "
+        "install rdma-core, libibverbs-utils, infiniband-diags and perftest yourself and set nccl_rdma: false"]

@@ -23,8 +23,8 @@ GPU_NODE_CHECKS = {
     "node.reachable", "gpu.count_model", "gpu.driver_state", "gpu.persistence_mode", "gpu.ecc", "gpu.xid", "gpu.nvlink",
     "gpu.pcie_link", "gpu.throttle", "gpu.dcgm_diag", "gpu.host_device_bandwidth", "gpu.driver_version",
     "gpu.driver_consistency", "gpu.driver_flavor", "runtime.docker", "runtime.containerd", "runtime.microk8s", "runtime.cdi",
-    "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "k8s.node_ready",
-    "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",
+    "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "nccl.transport",
+    "k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",
     "storage.seq_read", "dataset.yt8m-mini.placement", "dataset.yt8m-mini.checksums", "dataset.yt8m-mini.ranks",
     "dataset.yt8m-mini.balance", "monitoring.up", "security.listeners", "training.ddp", "training.samples_per_second",
     "fabric.ports", "fabric.gpudirect"}

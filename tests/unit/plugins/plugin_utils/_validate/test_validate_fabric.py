@@ -4,10 +4,12 @@
 port down, a slow port, GPUDirect expected and missing, the module failing or not run."""
 
 import copy
+import pathlib
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import fabric_checks
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import (
+    fabric_checks, node_fabric, transport_check)
 
 PORT = {"port": 1, "state": "ACTIVE", "phys_state": "LinkUp", "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)",
         "rate_gbps": 400.0}
@@ -69,3 +71,71 @@ def test_a_failed_module_fails_both_and_one_not_run_skips_both():
     failed = run({"failed": False, "msg": "sysfs_root /sys is not a directory"})
     assert failed == [("fail", "rdma_fabric_facts failed: sysfs_root /sys is not a directory")] * 2
     assert run({"skipped": True}) == [("skip", "rdma_fabric_facts did not run on this node")] * 2
+
+
+def test_the_node_table_shows_each_hca_with_its_ports_and_nearest_gpus():
+    facts = copy.deepcopy(FACTS)
+    facts["pcie_paths"] = [
+        {"hca": "mlx5_0", "gpu_pci_address": "0000:18:00.0", "relation": "PIX"},
+        {"hca": "mlx5_0", "gpu_pci_address": "0000:9a:00.0", "relation": "SYS"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:18:00.0", "relation": "SYS"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:9a:00.0", "relation": "NODE"},
+        {"hca": "mlx5_1", "gpu_pci_address": "0000:ab:00.0", "relation": "NODE"},
+    ]
+    port = {"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "rate_gbps": 400.0}
+    assert node_fabric({"fabric": facts}) == {"hcas": [
+        {"name": "mlx5_0", "ports": [port], "nearest_gpus": ["0000:18:00.0"], "relation": "PIX"},
+        {"name": "mlx5_1", "ports": [port], "nearest_gpus": ["0000:9a:00.0", "0000:ab:00.0"], "relation": "NODE"}]}
+
+
+def test_an_hca_sysfs_cannot_place_has_no_nearest_gpu():
+    facts = dict(copy.deepcopy(FACTS), pcie_paths=[{"hca": "mlx5_0", "gpu_pci_address": "0000:18:00.0", "relation": None}])
+    assert [(h["nearest_gpus"], h["relation"]) for h in node_fabric({"fabric": facts})["hcas"]] == [([], None), ([], None)]
+
+
+@pytest.mark.parametrize("facts", [None, {"skipped": True}, {"failed": True, "msg": "no sysfs"}])
+def test_no_fabric_where_the_facts_did_not_run_or_failed(facts):
+    assert node_fabric({"fabric": facts}) is None
+
+
+LOGS = pathlib.Path(__file__).parents[1] / "_nccl" / "fixtures" / "nccl_transport"
+
+
+def transport(log, hca_count=2, reason=None, rc=0, **expected):
+    first = {"allreduce_multinode": {"rc": rc, "stdout": (LOGS / log).read_text(), "stderr": ""},
+             "fabric": {"changed": False, "hca_count": hca_count, "hcas": []}}
+    result = transport_check(first, dict(EXPECTED, **expected), reason)
+    assert result["check"] == "nccl.transport"
+    return result
+
+
+def test_nccl_over_ib_with_gdr_passes_where_gdr_is_expected():
+    result = transport("ib_gdr_two_nodes.log", fabric_gpudirect=True)
+    assert (result["status"], result["expected"]) == ("pass", "NET/IB with GPUDirect RDMA")
+    assert result["message"].startswith("NCCL ran the all-reduce's inter-node channels over IB: ")
+    assert result["measured"].endswith("with GPUDirect RDMA, 0 over sockets")
+
+
+def test_sockets_on_nodes_with_hcas_fail_quoting_nccls_line():
+    result = transport("socket_two_nodes.log")
+    assert result["status"] == "fail"
+    assert "over sockets although the nodes have HCAs: '" in result["message"] and "via NET/Socket/" in result["message"]
+
+
+def test_sockets_on_nodes_without_hcas_pass():
+    assert transport("socket_two_nodes.log", hca_count=0)["status"] == "pass"
+
+
+def test_ib_without_gdr_fails_only_where_gdr_is_expected():
+    assert transport("ib_gdr_disabled_two_nodes.log")["status"] == "pass"
+    result = transport("ib_gdr_disabled_two_nodes.log", fabric_gpudirect="dmabuf")
+    assert result["status"] == "fail" and "without GPUDirect RDMA, through host memory" in result["message"]
+    assert "GPU Direct RDMA Disabled for HCA" in result["message"]
+
+
+def test_no_transport_is_judged_where_the_all_reduce_did_not_run_or_failed():
+    assert transport("ib_gdr_two_nodes.log", reason="validate_nccl_multinode is false")["message"] == (
+        "validate_nccl_multinode is false")
+    failed = transport("ib_gdr_two_nodes.log", rc=1)
+    assert (failed["status"], failed["message"]) == (
+        "skip", "the multi-node all-reduce failed (nccl.busbw_multinode says how)")

@@ -34,7 +34,7 @@ def with_read(phases):
 
 @pytest.mark.parametrize("name, phase", [
     ("gpu.ecc", "validate_gpu"), ("gpu.driver_version", "validate_gpu"), ("runtime.docker", "validate_runtime"),
-    ("nccl.busbw_multinode", "validate_nccl"), ("storage.seq_read", "validate_storage"),
+    ("nccl.busbw_multinode", "validate_nccl"), ("nccl.transport", "validate_nccl"), ("storage.seq_read", "validate_storage"),
     ("dataset.yt8m-mini.balance", "validate_datasets"), ("k8s.gpu_job", "validate_kubernetes"), ("node.reachable", None),
 ])
 def test_each_check_belongs_to_the_phase_that_reads_its_data(name, phase):
