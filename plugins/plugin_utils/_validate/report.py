@@ -161,9 +161,11 @@ def _fabric_cell(fabric):
         return "no HCA"
     cells = []
     for hca in fabric["hcas"]:
-        ports = ", ".join("%s %s%s %s" % (port["port"], port["state"] or "?",
-                                           " %g Gb/s" % port["rate_gbps"] if port["rate_gbps"] else "",
-                                           port["link_layer"] or "") for port in hca["ports"]) or "no port"
+        shown = []
+        for port in hca["ports"]:
+            rate = " %g Gb/s" % port["rate_gbps"] if port["rate_gbps"] else ""
+            shown.append("%s %s%s %s" % (port["port"], port["state"] or "?", rate, port["link_layer"] or ""))
+        ports = ", ".join(shown) or "no port"
         near = ", %s to %s" % (hca["relation"], " ".join(hca["nearest_gpus"])) if hca["relation"] else ""
         cells.append("%s %s%s" % (hca["name"], ports.strip(), near))
     return "; ".join(cells)
