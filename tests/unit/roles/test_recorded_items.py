@@ -37,6 +37,7 @@ NOT_RECORDED = {
         "the local packages' copies; the directory is recorded",
     ("nccl", "{{ __nccl_tests_archive }}"): "the nccl-tests source archive, a download the build reads once",
     ("nccl", "{{ item }}"): "nccl-tests' build directories",
+    ("nccl", "{{ __nccl_rdma_packages }}"): "the RDMA packages with their versions: __nccl_rdma_package_names",
     ("anaconda", "{{ anaconda_download_dir }}"): "the download directory",
     ("anaconda", "{{ anaconda_download_dir }}/environment-{{ item.name }}.yml"): "an upload conda env reads once",
     ("anaconda", "{{ __anaconda_installer_dest }}"): "the installer, a download run once",
