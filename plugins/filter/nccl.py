@@ -34,5 +34,5 @@ def nccl_rdma_availability_problem(madison_lines, host, versions):
 
 class FilterModule:
     def filters(self):
-        return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason, "nccl_run_problem": nccl_run_problem,
-                "nccl_rdma_availability_problem": nccl_rdma_availability_problem}
+        return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason,
+                "nccl_run_problem": nccl_run_problem, "nccl_rdma_availability_problem": nccl_rdma_availability_problem}

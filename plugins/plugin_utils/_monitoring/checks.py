@@ -74,8 +74,8 @@ def preflight_problems(settings, host, ss_lines=None, ss_error=None, tls_found=N
     """'HOST: WHAT; fix: HOW' for each problem with the role's settings on host; [] when there is none.
 
     settings: interval, nvidia_smi_command, nvidia_smi_timeout, textfile_directory, fabric_expected_rate_gbps,
-    node_exporter_port, node_exporter_process_names (what the distribution's node exporter is called in ss' process column),
-    node_exporter_uid (the uid its unit runs as, None before the package made the user: a listener ss cannot name
+    node_exporter_port, node_exporter_process_names (what the distribution's node exporter is called in ss' process
+    column), node_exporter_uid (the uid its unit runs as, None before the package made the user: a listener ss cannot name
     that belongs to it is node exporter itself), supported (the platform has a vars file) and platform (for the
     message), and those of web_problems, with tls_found.
     """

@@ -95,18 +95,19 @@ def preflight_problems(settings, found):
 def _rdma_problems(settings, found, platform):
     rdma = str(settings.get("rdma")).lower()
     if rdma not in RDMA_CHOICES:
-        return ["nccl_rdma=%r is none of auto, true and false; set auto (the RDMA userspace on nodes with an HCA), true "
-                "or false" % (settings.get("rdma"),)]
+        return ["nccl_rdma=%r is none of auto, true and false; set auto (the RDMA userspace on nodes with an HCA), "
+                "true or false" % (settings.get("rdma"),)]
     if settings.get("rdma_wanted") not in (True, "True", "true"):
         return []
     why = "nccl_rdma is true" if rdma == "true" else "nccl_rdma is auto and the node has %s RDMA device(s)" % found.get(
         "hca_count")
     if settings.get("package_manager") != "apt":
         return ["%s, but the role installs the RDMA userspace with apt only (Debian, Ubuntu), not on %s; install "
-                "rdma-core, libibverbs-utils, infiniband-diags and perftest yourself and set nccl_rdma: false" % (why, platform)]
+                "rdma-core, libibverbs-utils, infiniband-diags and perftest yourself and set nccl_rdma: false"
+                % (why, platform)]
     versions = settings.get("rdma_versions") or {}
-    missing = [variable for key, variable in (("rdma_core", "nccl_rdma_version"), ("perftest", "nccl_rdma_perftest_version"))
-               if not str(versions.get(key) or "").strip()]
+    variables = (("rdma_core", "nccl_rdma_version"), ("perftest", "nccl_rdma_perftest_version"))
+    missing = [variable for key, variable in variables if not str(versions.get(key) or "").strip()]
     if missing:
         return ["%s, but the role knows no RDMA package versions for %s; set %s to the versions its archive carries "
                 "(apt-cache policy rdma-core perftest), or nccl_rdma: false" % (why, platform, " and ".join(missing))]
