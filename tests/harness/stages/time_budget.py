@@ -3,8 +3,11 @@
 The record (stage_seconds.json, next to this file) holds each stage's time in a quiet clean-clone run. As the run goes,
 the stages that ended say how much slower than the record this machine is today (the slowness); what is left is the
 record's time for the stages left, times that slowness, laid out as run_stages.py runs them (a group's lanes side by
-side). When what is used plus what is left does not fit the budget, the run stops and fails, naming the slow stages:
-the guard never skips a check and passes.
+side). The guard judges only once the ended stages measured enough of the record (JUDGED_FROM), and stops early only
+where what is used plus what is left, even TOLERANCE faster than predicted, does not fit the budget: a false stop loses
+a run that would have passed, while a run that merely comes close is still stopped, with the same message, when the
+budget itself is spent (out_of_time). Either way the run fails, naming the slow stages: the guard never skips a check
+and passes.
 """
 import json
 import pathlib
@@ -16,6 +19,12 @@ CI_SECONDS = 90 * 60
 SETUP = ("venv", "docker", "images")
 # A stage shorter than this in the record says little about the machine's speed.
 MEASURED_FROM = 10
+# How much of the record the ended stages must cover before the guard trusts its prediction: with nothing measured,
+# the prediction is the record itself, whose own run may have been slower than today's (CI stopped at 0 s on one).
+JUDGED_FROM = 600
+# How far a prediction may err: one stage's time varies by about this much between runs on the same machine (0.85x to
+# 1.15x of its record in the recorded runs), so a stop before the budget is spent needs a miss beyond it.
+TOLERANCE = 0.15
 # Time to stop the running stages and print the summary before CI's own limit.
 RESERVE = 60
 
@@ -47,6 +56,10 @@ class Budget(object):
         return [(name, seconds, self.record[name]) for name, seconds in self.ended.items()
                 if name not in SETUP and self.record.get(name, 0) >= MEASURED_FROM]
 
+    def judged(self):
+        """Whether the ended stages cover enough of the record to say how fast this machine is today."""
+        return sum(m[2] for m in self.measured()) >= JUDGED_FROM
+
     def slowness(self):
         """How many times the record's time the ended stages took (1.0 before any says)."""
         measured = self.measured()
@@ -73,7 +86,10 @@ class Budget(object):
         return total
 
     def fits(self, plan):
-        return self.used() + self.left(plan) <= self.limit - RESERVE
+        """False only where the stages left, judged and even TOLERANCE faster than predicted, run past the budget."""
+        if not self.judged():
+            return True
+        return self.used() + (1.0 - TOLERANCE) * self.left(plan) <= self.limit - RESERVE
 
     def share(self, seconds, plan):
         """What a stage's end line adds: its share of the budget, how much is used and what is predicted left."""
@@ -88,12 +104,12 @@ class Budget(object):
 
     def stop_message(self, plan, names_left):
         return ("time guard: STOPPING make test. %s of CI's %s are used, and the stages left (%s) took %s in the record "
-                "(%s): at this run's %.1fx they would need about %s, past the budget. Slowest so far: %s. "
+                "(%s): at this run's %.1fx they would need about %s, past the budget even %d%% faster. Slowest so far: %s. "
                 "This is a failure, not a skip: nothing after this point was checked. Re-run on a quieter machine, or "
                 "make the slow stages cheaper and re-record their times (docs/testing.md, the time guard)."
                 % (minutes(self.used()), minutes(self.limit), ", ".join(names_left),
                    minutes(sum(self.record.get(n, 0) for n in names_left)), RECORD.name, self.slowness(),
-                   minutes(self.left(plan)), "; ".join(self.slowest()) or "none measured yet"))
+                   minutes(self.left(plan)), round(100 * TOLERANCE), "; ".join(self.slowest()) or "none measured yet"))
 
     def out_of_time(self):
         """True once the budget, less the time to stop cleanly, is spent: a stage still running is then stopped."""

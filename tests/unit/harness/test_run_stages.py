@@ -50,6 +50,7 @@ def guarded_run(monkeypatch, record, limit, steps):
 
 def test_the_time_guard_stops_a_run_whose_stages_left_cannot_fit_and_fails_it(capsys, monkeypatch):
     monkeypatch.setattr(run_stages.time_budget, "MEASURED_FROM", 0)
+    monkeypatch.setattr(run_stages.time_budget, "JUDGED_FROM", 0)
     # lint takes ten times its record, so the lab's 700 s would take 7000: past the 5400 s budget
     steps = [("lint", ["sleep", "0.5"]),
              ("lab", [("group", [("as-a-user", ["true"]), ("rolling", ["true"])]), ("m", ["true"])])]
@@ -82,11 +83,12 @@ def test_the_time_guard_stops_a_stage_still_running_when_the_budget_is_spent(cap
 
 
 def test_a_stage_the_guard_stops_beside_one_that_cannot_fit_is_shown_as_stopped_not_failed(capsys, monkeypatch):
-    # a1 takes ten times its record, so a2 would take 6000 s: a2 is refused while b1 runs in the other lane, and the
+    # a1 takes ten times its record, so a2 would take 10000 s: a2 is refused while b1 runs in the other lane, and the
     # guard stops b1. The run fails on the guard; b1 itself did not fail, and its log's end says nothing about why.
     monkeypatch.setattr(run_stages.time_budget, "MEASURED_FROM", 0)
+    monkeypatch.setattr(run_stages.time_budget, "JUDGED_FROM", 0)
     steps = [("lab", [("lane", [("a1", ["sleep", "0.5"]), ("a2", ["true"])]), ("b1", ["sleep", "30"])])]
-    record = {"a1": 0.05, "a2": 600, "b1": 0.05}
+    record = {"a1": 0.05, "a2": 1000, "b1": 0.05}
     assert guarded_run(monkeypatch, record, 5400, steps) == 1
     out = capsys.readouterr().out
     assert "===== stage a1: passed" in out and "===== stage a2" not in out
