@@ -3,16 +3,19 @@
 """How a node shares its GPUs: its declaration resolved per GPU, the device plugin's config, the resources and labels
 Kubernetes then shows: a thin wrapper over plugin_utils/_gpu_sharing."""
 
+import json
+
 from ansible.errors import AnsibleFilterError
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import (
-    allocatable, device_plugin_config)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import node_labels
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import resolve
+    CONFIG_LABEL, allocatable, available_configs, device_plugin_config)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import (
+    gpu_node_labels, label_changes, node_labels)
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import VARIABLE, resolve
 
 
-def gpu_sharing_resolved(rules, facts, host):
+def gpu_sharing_resolved(rules, facts, host, variable=VARIABLE):
     """{"gpus": [each GPU's setting], "problems": [...]} (see plugin_utils/_gpu_sharing/resolve)."""
-    return resolve(str(host), dict(facts or {}), rules)
+    return resolve(str(host), dict(facts or {}), rules, str(variable))
 
 
 def _gpus(resolved, filter_name):
@@ -37,8 +40,30 @@ def gpu_sharing_labels(resolved, facts):
     return node_labels(_gpus(resolved, "gpu_sharing_labels"), dict(facts or {}))
 
 
+def gpu_sharing_node_labels(resolved, facts, device_plugin=True):
+    """The labels the microk8s role keeps on a node (see plugin_utils/_gpu_sharing/labels)."""
+    return gpu_node_labels(_gpus(resolved, "gpu_sharing_node_labels"), dict(facts or {}), bool(device_plugin))
+
+
+def gpu_sharing_label_changes(current, wanted):
+    """kubectl label's arguments from a node's labels to the wanted ones (see plugin_utils/_gpu_sharing/labels)."""
+    return label_changes(dict(current or {}), dict(wanted or {}))
+
+
+def gpu_sharing_device_plugin_configs(nodes_json, wanted):
+    """{name: config} of the device plugin's ConfigMap: the configs the nodes' labels name once this run's are applied
+    (see plugin_utils/_gpu_sharing/device_plugin). nodes_json: `kubectl get nodes -o json`; wanted: [{name, labels}]."""
+    labels = {node["metadata"]["name"]: node["metadata"].get("labels") or {}
+              for node in json.loads(nodes_json or "{}").get("items") or []}
+    labels.update((item["name"], item["labels"]) for item in wanted or [] if item.get("name"))
+    return available_configs([node.get(CONFIG_LABEL) for node in labels.values() if node.get(CONFIG_LABEL)])
+
+
 class FilterModule:
     def filters(self):
         return {"gpu_sharing_resolved": gpu_sharing_resolved,
                 "gpu_sharing_device_plugin_config": gpu_sharing_device_plugin_config,
-                "gpu_sharing_allocatable": gpu_sharing_allocatable, "gpu_sharing_labels": gpu_sharing_labels}
+                "gpu_sharing_allocatable": gpu_sharing_allocatable, "gpu_sharing_labels": gpu_sharing_labels,
+                "gpu_sharing_node_labels": gpu_sharing_node_labels,
+                "gpu_sharing_label_changes": gpu_sharing_label_changes,
+                "gpu_sharing_device_plugin_configs": gpu_sharing_device_plugin_configs}

@@ -11,11 +11,19 @@ whole GPUs.
 
 ``failRequestsGreaterThanOne`` is true: a pod that asks for two time-sliced GPUs fails to start instead of receiving
 two slices of one GPU. ``renameByDefault`` stays false, so pods keep asking for ``nvidia.com/gpu``.
+
+Nodes differ, so the plugin runs its own config-manager (as NVIDIA's Helm chart does): a ConfigMap holds the named
+configs, and each GPU node's label ``nvidia.com/device-plugin.config`` names its own. A config is a function of the
+MIG strategy and the replica count only, so its name says it all (``whole``, ``time-slicing-4``, ``mig-mixed``):
+the ConfigMap is rebuilt from the names the nodes' labels use, whichever hosts a run touches.
 """
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.profiles import resource_name
 
 GPU_RESOURCE = "nvidia.com/gpu"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+DEFAULT_CONFIG = "whole"
+_TIME_SLICING = "time-slicing-"
 
 
 def mig_strategy(gpus):
@@ -50,3 +58,31 @@ def allocatable(gpus):
         else:
             counts[GPU_RESOURCE] = counts.get(GPU_RESOURCE, 0) + gpu.get("replicas", 1)
     return dict(sorted(counts.items()))
+
+
+def config_name(config):
+    """The name of a config device_plugin_config made: whole, time-slicing-N, mig-single or mig-mixed."""
+    resources = ((config.get("sharing") or {}).get("timeSlicing") or {}).get("resources") or []
+    if resources:
+        return _TIME_SLICING + str(resources[0]["replicas"])
+    strategy = config["flags"]["migStrategy"]
+    return DEFAULT_CONFIG if strategy == "none" else "mig-" + strategy
+
+
+def config_from_name(name):
+    """The config a name stands for; None for a name config_name never makes."""
+    name = str(name)
+    if name == DEFAULT_CONFIG:
+        return device_plugin_config([])
+    if name in ("mig-single", "mig-mixed"):
+        return {"version": "v1", "flags": {"migStrategy": name[len("mig-"):]}}
+    replicas = name[len(_TIME_SLICING):] if name.startswith(_TIME_SLICING) else ""
+    if replicas.isdigit() and str(int(replicas)) == replicas and int(replicas) >= 2:
+        return device_plugin_config([{"mode": "time_slicing", "replicas": int(replicas)}])
+    return None
+
+
+def available_configs(names):
+    """{name: config} for the ConfigMap: the default and each name the nodes' labels use that config_from_name knows."""
+    wanted = sorted({DEFAULT_CONFIG} | {str(name) for name in names})
+    return {name: config_from_name(name) for name in wanted if config_from_name(name) is not None}

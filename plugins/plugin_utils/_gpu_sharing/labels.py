@@ -18,13 +18,20 @@ A node's product, memory and architecture are its first GPU's.
 import re
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import describe
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import mig_strategy
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import (
+    CONFIG_LABEL, config_name, device_plugin_config, mig_strategy)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.profiles import mig_profiles
 
 GFD = "nvidia.com/"
 OURS = "dlinfra.io/gpu."
+PRESENT = GFD + "gpu.present"
 # GFD's family names: the architecture in lower case, Ada as ada-lovelace.
 _FAMILIES = {"Ada": "ada-lovelace"}
+# The labels node_labels may write: a node's label of these names that a run no longer wants is removed, others are
+# left to whoever wrote them.
+_OWN = re.compile(r"^(dlinfra\.io/gpu\..+|nvidia\.com/(gpu\.(product|count|replicas|sharing-strategy|memory|family"
+                  r"|compute\.major|compute\.minor)|mig\.capable|mig\.strategy|mig-.+\.count"
+                  r"|cuda\.(driver|runtime)(-version)?\..+|device-plugin\.config))$")
 
 
 def label_value(text):
@@ -94,3 +101,29 @@ def node_labels(gpus, facts):
         labels[OURS + "mig-layout"] = label_value("_".join("%dx%s" % (count, profile.replace("+", "."))
                                                            for profile, count in sorted(counts.items())))
     return dict(sorted(labels.items()))
+
+
+def gpu_node_labels(gpus, facts, device_plugin=True):
+    """The labels the microk8s role keeps on a node: none without GPUs; gpu.present alone where another labeller
+    runs (the nvidia addon's GPU feature discovery, device_plugin false); else gpu.present, the device plugin's config
+    name and node_labels'."""
+    if not gpus:
+        return {}
+    if not device_plugin:
+        return {PRESENT: "true"}
+    labels = node_labels(gpus, facts)
+    labels.update({PRESENT: "true", CONFIG_LABEL: config_name(device_plugin_config(gpus))})
+    return dict(sorted(labels.items()))
+
+
+def own_label(key):
+    """Whether a label's name is one the microk8s role writes on GPU nodes (gpu.present included)."""
+    return key == PRESENT or bool(_OWN.match(key))
+
+
+def label_changes(current, wanted):
+    """kubectl label's arguments that take a node from its ``current`` labels to ``wanted``: KEY=VALUE for each that
+    differs, KEY- for each of our own (see _OWN) that is no longer wanted; [] where nothing differs."""
+    current = current or {}
+    changes = ["%s=%s" % (key, value) for key, value in sorted(wanted.items()) if current.get(key) != value]
+    return changes + ["%s-" % key for key in sorted(current) if _OWN.match(key) and key not in wanted]

@@ -23,6 +23,7 @@ count, and the node's labels (sharing, replicas) describe the node, so time-slic
 GPUs on the same node and with two replica counts. MIG next to whole GPUs is fine (the plugin's mixed strategy).
 """
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import describe
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.profiles import (
     has_no_mig, mig_profiles, model_key, place)
 
@@ -122,7 +123,7 @@ def _setting(gpu, rule):
     return setting
 
 
-def _node_problems(host, settings):
+def _node_problems(host, settings, variable):
     modes = {setting["mode"] for setting in settings}
     replicas = sorted({setting["replicas"] for setting in settings if setting["mode"] == "time_slicing"})
     shown = ", ".join("GPU %s %s" % (setting["index"], setting["mode"]) for setting in settings)
@@ -130,31 +131,46 @@ def _node_problems(host, settings):
     if "time_slicing" in modes and len(modes) > 1:
         problems.append("%s: %s mixes time_slicing with other modes (%s); the device plugin time-slices every whole "
                         "GPU of a node and the node's labels describe one kind of sharing: give all the node's GPUs "
-                        "mode time_slicing, or none" % (host, VARIABLE, shown))
+                        "mode time_slicing, or none" % (host, variable, shown))
     if len(replicas) > 1:
         problems.append("%s: %s gives time-sliced GPUs different replicas (%s); the device plugin takes one count per "
-                        "node: use one" % (host, VARIABLE, ", ".join(map(str, replicas))))
+                        "node: use one" % (host, variable, ", ".join(map(str, replicas))))
     return problems
 
 
-def resolve(host, facts, rules):
+def node_gpus(facts):
+    """The node's GPUs as nvidia_gpu_facts saw them: nvidia-smi's where the driver answers; else those on PCI, numbered
+    in PCI order (nvidia-smi's default order), named from their device ids, with no uuid or memory."""
+    gpus = (facts or {}).get("gpus") or []
+    if gpus:
+        return sorted(gpus, key=lambda gpu: gpu["index"])
+    return [{"index": index, "name": pci.get("name") or _pci_name(pci.get("device_id")), "uuid": None,
+             "memory_total_mib": None} for index, pci in enumerate((facts or {}).get("pci_gpus") or [])]
+
+
+def _pci_name(device_id):
+    known = describe(device_id) if device_id else {"unknown": True}
+    return "unknown PCI device %s" % device_id if known["unknown"] else known["name"]
+
+
+def resolve(host, facts, rules, variable=VARIABLE):
     """{"gpus": [each GPU's setting], "problems": [...]} for ``host``.
 
-    facts: what nvidia_gpu_facts returned (its ``gpus``: index, name, uuid, memory_total_mib). rules: the node's
-    ``gpu_sharing_layout`` (None or [] for whole GPUs). A setting: index, name, uuid, memory_total_mib, mode; for mig
-    also layout ({profile: count}) and instances ([{profile, profile_id, start}], in the order to create them, each at
-    its start); for time_slicing also replicas. With problems, gpus is empty.
+    facts: what nvidia_gpu_facts returned (node_gpus: its ``gpus``, or ``pci_gpus`` where the driver does not answer).
+    rules: the node's declaration (None or [] for whole GPUs), named ``variable`` in messages. A setting: index, name,
+    uuid, memory_total_mib, mode; for mig also layout ({profile: count}) and instances ([{profile, profile_id, start}],
+    in the order to create them, each at its start); for time_slicing also replicas. With problems, gpus is empty.
     """
-    gpus = sorted((facts or {}).get("gpus") or [], key=lambda gpu: gpu["index"])
+    gpus = node_gpus(facts)
     if rules is None:
         rules = []
     if not isinstance(rules, list):
         return {"gpus": [], "problems": ["%s: %s is %r; give a list of rules (see the gpu_sharing filters' docs)"
-                                         % (host, VARIABLE, rules)]}
+                                         % (host, variable, rules)]}
     problems = []
     chosen = {gpu["index"]: ({"mode": "whole"}, -1, None) for gpu in gpus}
     for number, rule in enumerate(rules):
-        where = "%s: %s[%d]" % (host, VARIABLE, number)
+        where = "%s: %s[%d]" % (host, variable, number)
         own = _rule_problems(where, rule)
         problems.extend(own)
         if own:
@@ -175,5 +191,5 @@ def resolve(host, facts, rules):
     if problems:
         return {"gpus": [], "problems": problems}
     settings = [_setting(gpu, chosen[gpu["index"]][0]) for gpu in gpus]
-    problems = _node_problems(host, settings)
+    problems = _node_problems(host, settings, variable)
     return {"gpus": [] if problems else settings, "problems": problems}

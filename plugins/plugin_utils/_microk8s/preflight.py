@@ -12,7 +12,7 @@ import re
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys
 
 SETTINGS = ("distribution", "major_version", "supported", "channel", "join_token", "cluster_groups", "cluster",
-            "first_head", "head_group", "gpu_support", "addons", "offline_missing")
+            "first_head", "head_group", "gpu_support", "addons", "offline_missing", "gpu_sharing")
 
 _CHANNEL = re.compile(r"^[0-9]+\.[0-9]+(-[a-z0-9]+)?/(stable|candidate|beta|edge)$")
 _TOKEN_LENGTH = 32
@@ -31,7 +31,8 @@ def preflight_problems(settings):
     channel (microk8s_channel), join_token (microk8s_join_token), cluster_groups (the host's groups that match
     microk8s_cluster_group_pattern), cluster (its cluster group, '' for none), first_head (the cluster's first host in
     head_group, '' for none), head_group (microk8s_head_group), gpu_support (microk8s_gpu_support), addons (the names
-    in microk8s_addons), offline_missing (the files of microk8s_offline_snaps the controller does not have).
+    in microk8s_addons), offline_missing (the files of microk8s_offline_snaps the controller does not have),
+    gpu_sharing (microk8s_gpu_sharing_layout resolved against the node's GPUs: gpu_sharing_resolved's result).
     """
     check_keys("settings", settings, SETTINGS)
     distribution, major = str(settings["distribution"]), str(settings["major_version"])
@@ -59,4 +60,22 @@ def preflight_problems(settings):
                         "microk8s_addons" % gpu_support)
     if missing:
         problems.append("microk8s_offline_snaps names files the controller does not have: %s" % ", ".join(missing))
+    return problems + _sharing_problems(settings["gpu_sharing"] or {}, gpu_support)
+
+
+def _sharing_problems(sharing, gpu_support):
+    """The declaration's own problems, then what this role cannot do with a valid one."""
+    if sharing.get("problems"):
+        return list(sharing["problems"])
+    gpus = sharing.get("gpus") or []
+    shared = ["GPU %s %s" % (gpu["index"], gpu["mode"]) for gpu in gpus if gpu["mode"] != "whole"]
+    problems = []
+    if any(gpu["mode"] == "mig" for gpu in gpus):
+        problems.append("microk8s_gpu_sharing_layout asks for MIG (%s); the collection does not set MIG mode or make "
+                        "GPU instances yet, so Kubernetes would be told of instances that do not exist: use mode whole "
+                        "or time_slicing" % ", ".join(shared))
+    if shared and gpu_support != "device_plugin":
+        problems.append("microk8s_gpu_sharing_layout shares GPUs (%s), which this role configures in NVIDIA's device "
+                        "plugin only; set microk8s_gpu_support=device_plugin (microk8s_gpu_support=%s)"
+                        % (", ".join(shared), gpu_support))
     return problems

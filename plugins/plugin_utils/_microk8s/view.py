@@ -5,9 +5,9 @@
 The role's re-run reads `microk8s status --format yaml`, `microk8s kubectl get nodes -o json` and, where it applies the
 device plugin, the DaemonSet, in one task on the first head (registered as a loop, one result per read). For each host
 this module reduces them to the few items the role manages that concern it: the host's own node (its role, readiness
-and GPU label), the wanted addons' states, high availability where there are three heads or more, and the device
-plugin's spec. Nothing else of the outputs counts (heartbeat times, capacities, other addons), so a converged cluster
-reads the same run after run.
+and GPU labels), the wanted addons' states, high availability where there are three heads or more, and the device
+plugin's spec and configs. Nothing else of the outputs counts (heartbeat times, capacities, other addons), so a
+converged cluster reads the same run after run.
 
 A read that failed is 'unreadable ...', which converged_state never takes as converged.
 """
@@ -17,6 +17,8 @@ import hashlib
 import json
 
 import yaml
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import own_label
 
 GPU_LABEL = "nvidia.com/gpu.present"
 WORKER_LABEL = "node.kubernetes.io/microk8s-worker"
@@ -28,9 +30,11 @@ def _status(text):
 
 
 @functools.lru_cache(maxsize=8)
-def _nodes(text):
-    """name -> (addresses, role, ready, gpu label), and address -> name, of `kubectl get nodes -o json`. Cached: every
-    host of a cluster reads the same output, which at 1,000 nodes is megabytes."""
+def _nodes(text, device_plugin):
+    """name -> its item (role, readiness, gpu label and, where the role applies the device plugin, a digest of the
+    other GPU labels it writes: with the nvidia addon, its feature discovery owns them), and
+    address -> name, of `kubectl get nodes -o json`. Cached: every host of a cluster reads the same output, which at
+    1,000 nodes is megabytes."""
     by_name, by_address = {}, {}
     for node in json.loads(text).get("items", []):
         name = node["metadata"]["name"]
@@ -38,8 +42,11 @@ def _nodes(text):
         status = node.get("status") or {}
         ready = any(condition.get("type") == "Ready" and condition.get("status") == "True"
                     for condition in status.get("conditions") or [])
+        gpu_labels = sorted((key, value) for key, value in labels.items() if own_label(key))
         by_name[name] = "%s %s %s=%s" % ("worker" if WORKER_LABEL in labels else "controlplane",
                                          "Ready" if ready else "NotReady", GPU_LABEL, labels.get(GPU_LABEL, "-"))
+        if device_plugin and gpu_labels:
+            by_name[name] += " labels " + hashlib.sha256(json.dumps(gpu_labels).encode()).hexdigest()[:16]
         for address in status.get("addresses") or []:
             if address.get("type") == "InternalIP":
                 by_address[address.get("address")] = name
@@ -82,17 +89,21 @@ def observed_items(view, node_name, node_address, addons, device_plugin=False, h
         nodes = results["nodes"]
         if nodes.get("rc") != 0:
             return {"k8s cluster": _unreadable("kubectl get nodes", nodes)}
-        by_name, by_address = _nodes(nodes["stdout"])
+        by_name, by_address = _nodes(nodes["stdout"], bool(device_plugin))
         name = node_name if node_name in by_name else by_address.get(node_address)
         items["k8s node"] = by_name[name] if name else "absent"
         if device_plugin:
             plugin = results.get("device_plugin") or {}
-            if plugin.get("rc") == 0:
-                items["k8s device plugin"] = _spec_digest(plugin["stdout"])
-            elif "NotFound" in (plugin.get("stderr") or "") + (plugin.get("stdout") or ""):
-                items["k8s device plugin"] = "absent"
+            configs = results.get("device_plugin_configs") or {}
+            if plugin.get("rc") == 0 and configs.get("rc") == 0:
+                data = json.dumps(json.loads(configs["stdout"]).get("data"), sort_keys=True)
+                items["k8s device plugin"] = "%s configs %s" % (_spec_digest(plugin["stdout"]),
+                                                                hashlib.sha256(data.encode()).hexdigest()[:16])
             else:
-                items["k8s device plugin"] = _unreadable("kubectl get daemonset", plugin)
+                failed, read = (plugin, "kubectl get daemonset") if plugin.get("rc") != 0 else \
+                    (configs, "kubectl get configmap")
+                missing = "NotFound" in (failed.get("stderr") or "") + (failed.get("stdout") or "")
+                items["k8s device plugin"] = "absent" if missing else _unreadable(read, failed)
     except (AttributeError, KeyError, TypeError, ValueError, yaml.YAMLError) as error:
         return {"k8s cluster": "unreadable: %s" % error}
     return items

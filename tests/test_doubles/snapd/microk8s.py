@@ -26,7 +26,9 @@ the collection's unit tests validate the manifests against the Kubernetes schema
 Nodes carry `status.capacity` / `status.allocatable`: the node's CPUs and memory, and `nvidia.com/gpu` (the NVIDIA
 GPUs on its PCI bus: under /srv/fake-sysfs, the tests' fake sysfs, when that exists, else /sys) once a GPU
 mechanism serves the node: the nvidia addon enabled, or the device plugin DaemonSet whose nodeSelector the node's
-labels match, as the real device plugin advertises GPUs only where it runs.
+labels match, as the real device plugin advertises GPUs only where it runs. Where the DaemonSet mounts a ConfigMap
+of configs, the node's label nvidia.com/device-plugin.config names its own (else the DEFAULT_CONFIG of the plugin's
+config-manager): a time-slicing config advertises each GPU as many times as its replicas, as the plugin does.
 
 `kubectl get pods` lists the device plugin's pods: one per node it serves (nvidia addon: namespace
 gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
@@ -474,8 +476,27 @@ def gpus_served(node, cluster):
     if plugin is not None:
         selector = plugin["spec"]["template"]["spec"].get("nodeSelector") or {}
         if all(node["labels"].get(key) == value for key, value in selector.items()):
-            return node["gpus"]
+            return node["gpus"] * plugin_replicas(node, plugin, cluster)
     return 0
+
+
+def plugin_replicas(node, plugin, cluster):
+    """How many times the plugin advertises each GPU of the node: the time-slicing replicas of nvidia.com/gpu in the
+    config the node's label (or the config-manager's default) names in the plugin's ConfigMap; 1 without one."""
+    sys.path.insert(0, "/usr/local/lib/test-double/pyyaml.zip")
+    import yaml  # pylint: disable=import-outside-toplevel
+    spec = plugin["spec"]["template"]["spec"]
+    maps = [volume["configMap"]["name"] for volume in spec.get("volumes") or [] if volume.get("configMap")]
+    if not maps:
+        return 1
+    configs = (cluster["objects"].get("ConfigMap/%s/%s" % (plugin["metadata"].get("namespace", "default"), maps[0]))
+               or {}).get("data") or {}
+    env = {item["name"]: item.get("value") for container in spec.get("initContainers") or []
+           for item in container.get("env") or []}
+    name = node["labels"].get(env.get("NODE_LABEL") or "nvidia.com/device-plugin.config") or env.get("DEFAULT_CONFIG")
+    config = yaml.safe_load(configs.get(name) or "") or {}
+    resources = ((config.get("sharing") or {}).get("timeSlicing") or {}).get("resources") or []
+    return next((int(r["replicas"]) for r in resources if r.get("name") == "nvidia.com/gpu"), 1)
 
 
 def node_object(name, node, cluster):
@@ -505,7 +526,8 @@ def node_object(name, node, cluster):
 
 
 def object_key(obj):
-    namespace = obj["metadata"].get("namespace", "default") if obj["kind"] not in ("Namespace", "Node") else ""
+    cluster_scoped = ("Namespace", "Node", "ClusterRole", "ClusterRoleBinding")
+    namespace = obj["metadata"].get("namespace", "default") if obj["kind"] not in cluster_scoped else ""
     return "%s/%s/%s" % (obj["kind"], namespace, obj["metadata"]["name"])
 
 
@@ -604,6 +626,7 @@ KINDS = {
     "v1": ("Pod", "Namespace", "ConfigMap", "Service", "ServiceAccount"),
     "batch/v1": ("Job",),
     "apps/v1": ("DaemonSet", "Deployment"),
+    "rbac.authorization.k8s.io/v1": ("ClusterRole", "ClusterRoleBinding"),
 }
 POD_SPEC_PATH = {"Pod": ("spec",), "Job": ("spec", "template", "spec"), "DaemonSet": ("spec", "template", "spec"),
                  "Deployment": ("spec", "template", "spec")}

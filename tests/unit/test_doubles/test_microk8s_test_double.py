@@ -142,3 +142,32 @@ def test_cordon_marks_the_node_unschedulable_and_uncordon_clears_it(capsys):
     double.kubectl_cordon(["gpu1"], state, unschedulable=False)
     assert double.node_object("gpu1", state["nodes"]["gpu1"], state)["spec"] == {}
     assert capsys.readouterr().out.splitlines() == ["node/gpu1 cordoned", "node/gpu1 already cordoned", "node/gpu1 uncordoned"]
+
+
+def plugin_with_configs(state, configs, default="whole"):
+    """The role's DaemonSet as far as the double reads it: its selector, the ConfigMap volume and the
+    config-manager's label and default; and the ConfigMap."""
+    state["objects"][double.DEVICE_PLUGIN] = {"metadata": {"namespace": "kube-system"}, "spec": {"template": {"spec": {
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "initContainers": [{"env": [{"name": "NODE_LABEL", "value": "nvidia.com/device-plugin.config"},
+                                    {"name": "DEFAULT_CONFIG", "value": default}]}],
+        "volumes": [{"name": "available-configs", "configMap": {"name": "nvidia-device-plugin-configs"}}]}}}}
+    state["objects"]["ConfigMap/kube-system/nvidia-device-plugin-configs"] = {"data": {
+        name: yaml.safe_dump(config) for name, config in configs.items()}}
+    return state
+
+
+TIME_SLICED = {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
+    "failRequestsGreaterThanOne": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+
+
+@pytest.mark.parametrize("labels, served", [
+    ({"nvidia.com/device-plugin.config": "time-slicing-4"}, 8),  # each of 2 GPUs advertised 4 times
+    ({"nvidia.com/device-plugin.config": "whole"}, 2),
+    ({}, 2),  # no label: the config-manager's default
+    ({"nvidia.com/device-plugin.config": "missing"}, 2),  # a name the ConfigMap lacks: no sharing
+])
+def test_the_node_label_names_its_config_and_time_slicing_multiplies_the_gpus(labels, served):
+    state = plugin_with_configs(cluster(), {"whole": {"version": "v1", "flags": {"migStrategy": "none"}},
+                                            "time-slicing-4": TIME_SLICED})
+    assert double.gpus_served(node(2, **dict(labels, **{"nvidia.com/gpu.present": "true"})), state) == served

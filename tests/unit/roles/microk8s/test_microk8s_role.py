@@ -60,6 +60,10 @@ def role_templar(host="dgx01", **overrides):
         "__microk8s_batch": GROUPS["all"],  # the role's first task notes the play's batch
         "ansible_managed": "Ansible managed: do not edit",
         "ansible_facts": {"nodename": host.upper(), "default_ipv4": {"address": "10.0.0.9"}},
+        # registered by the role's first tasks: a node whose GPUs the facts do not see, and the device plugin's
+        # configs (gpu.yml's task variable)
+        "__microk8s_gpu": {"gpu_count": 0, "gpus": [], "pci_gpus": []},
+        "__microk8s_plugin_configs": {"whole": {"version": "v1", "flags": {"migStrategy": "none"}}},
     })
     variables.update(trust(overrides))
     return Templar(loader=DataLoader(), variables=variables)
@@ -72,6 +76,10 @@ def resolve(templar, expression):
 def render(name, **overrides):
     text = role_templar(**overrides).template(trust((ROLE / "templates" / name).read_text()))
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def daemonset(**overrides):
+    return next(obj for obj in render("nvidia-device-plugin.yml.j2", **overrides) if obj["kind"] == "DaemonSet")
 
 
 def kubernetes_minor(**overrides):
@@ -106,19 +114,42 @@ def test_device_plugin_validates_for_other_pinned_minors(channel):
     lambda spec: spec.pop("selector"),
 ])
 def test_a_broken_manifest_fails_validation(breakage):
-    obj = copy.deepcopy(render("nvidia-device-plugin.yml.j2")[0])
+    obj = copy.deepcopy(daemonset())
     breakage(obj["spec"])
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(obj, kubernetes_minor(), strict=True)
 
 
 def test_device_plugin_is_pinned_and_runs_on_the_labelled_nodes_with_microk8s_kubelet_dir():
-    spec = render("nvidia-device-plugin.yml.j2", microk8s_device_plugin_version="v0.17.0",
-                  microk8s_device_plugin_image="registry.lab.example/nvidia/k8s-device-plugin")[0]["spec"]["template"]["spec"]
+    spec = daemonset(microk8s_device_plugin_version="v0.17.0",
+                     microk8s_device_plugin_image="registry.lab.example/nvidia/k8s-device-plugin")["spec"]["template"]["spec"]
     assert spec["containers"][0]["image"] == "registry.lab.example/nvidia/k8s-device-plugin:v0.17.0"
     assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert spec["volumes"][0]["hostPath"]["path"] == "/var/snap/microk8s/common/var/lib/kubelet/device-plugins"
     assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/var/lib/kubelet/device-plugins"
+
+
+def test_each_node_gets_the_config_its_label_names_through_the_plugins_config_manager():
+    configs = {"whole": {"version": "v1", "flags": {"migStrategy": "none"}},
+               "time-slicing-4": {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {"timeSlicing": {
+                   "renameByDefault": False, "failRequestsGreaterThanOne": True,
+                   "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}}
+    objects = {obj["kind"]: obj for obj in render("nvidia-device-plugin.yml.j2", __microk8s_plugin_configs=configs)}
+    assert sorted(objects) == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"]
+    assert {name: yaml.safe_load(text) for name, text in objects["ConfigMap"]["data"].items()} == configs
+    spec = objects["DaemonSet"]["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == objects["ServiceAccount"]["metadata"]["name"]
+    assert objects["ClusterRoleBinding"]["subjects"][0]["name"] == spec["serviceAccountName"]
+    assert objects["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    managers = spec["initContainers"] + spec["containers"][1:]
+    for manager in managers:
+        env = {item["name"]: item.get("value") for item in manager["env"]}
+        assert manager["command"] == ["config-manager"] and env["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+        assert env["CONFIG_FILE_DST"] == "/config/config.yaml" and env["DEFAULT_CONFIG"] == "whole"
+    assert [item for item in spec["initContainers"][0]["env"] if item["name"] == "ONESHOT"][0]["value"] == "true"
+    assert {"name": "CONFIG_FILE", "value": "/config/config.yaml"} in spec["containers"][0]["env"]
+    assert {"name": "available-configs", "configMap": {"name": objects["ConfigMap"]["metadata"]["name"]}} \
+        in spec["volumes"]
 
 
 # What the tasks decide on ------------------------------------------------------------------------------------

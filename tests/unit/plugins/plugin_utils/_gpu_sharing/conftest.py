@@ -28,5 +28,7 @@ def node_facts():
         facts["gpus"] = [dict(copy.deepcopy(template), index=index, name=name, uuid="GPU-%08d" % index)
                          for index, name in enumerate(names)]
         facts["gpu_count"] = len(names)
+        if not names:
+            facts["pci_gpus"] = []  # a node without GPUs, not one whose driver does not answer
         return facts
     return make

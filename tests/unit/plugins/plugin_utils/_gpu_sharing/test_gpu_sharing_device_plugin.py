@@ -3,7 +3,7 @@
 import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import (
-    allocatable, device_plugin_config, mig_strategy)
+    allocatable, available_configs, config_from_name, config_name, device_plugin_config, mig_strategy)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import resolve
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -44,3 +44,29 @@ def test_time_slicing_config_is_the_plugins_format(node_facts):
 def test_no_sharing_section_without_time_slicing(h200_facts):
     assert device_plugin_config(resolve("n", h200_facts, [])["gpus"]) == {"version": "v1",
                                                                           "flags": {"migStrategy": "none"}}
+
+
+@pytest.mark.parametrize("names, rules, name", [
+    ([H100], [], "whole"),
+    (["NVIDIA L40S"] * 2, [{"mode": "time_slicing", "replicas": 4}], "time-slicing-4"),
+    ([H100, H100], [SEVEN], "mig-single"),
+    ([H100, H100], [dict(SEVEN, indexes=[0])], "mig-mixed"),
+])
+def test_a_configs_name_says_all_of_it(node_facts, names, rules, name):
+    config = device_plugin_config(resolve("n", node_facts(*names), rules)["gpus"])
+    assert config_name(config) == name
+    assert config_from_name(name) == config
+
+
+@pytest.mark.parametrize("name", ["time-slicing-1", "time-slicing-04", "time-slicing-x", "mig-none", "", "default"])
+def test_a_name_config_name_never_makes_stands_for_nothing(name):
+    assert config_from_name(name) is None
+
+
+def test_the_config_map_holds_the_default_and_each_name_in_use_once():
+    configs = available_configs(["time-slicing-4", "time-slicing-4", "mig-mixed", "hand-written"])
+    assert sorted(configs) == ["mig-mixed", "time-slicing-4", "whole"]
+    assert configs["time-slicing-4"]["sharing"]["timeSlicing"] == {
+        "renameByDefault": False, "failRequestsGreaterThanOne": True,
+        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}
+    assert available_configs([]) == {"whole": {"version": "v1", "flags": {"migStrategy": "none"}}}

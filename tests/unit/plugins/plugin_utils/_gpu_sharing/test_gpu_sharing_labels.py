@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import label_value, node_labels
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import (
+    gpu_node_labels, label_changes, label_value, node_labels, own_label)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import resolve
 
 VALID = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -82,3 +83,44 @@ def test_a_node_without_gpus_has_no_labels(node_facts):
 def test_label_values_are_sanitised(text, value):
     assert label_value(text) == value
     assert VALID.match(label_value(text))
+
+
+def test_the_microk8s_role_keeps_gpu_present_and_the_plugins_config_name_with_the_labels(h200_facts):
+    gpus = resolve("n", h200_facts, [{"mode": "time_slicing", "replicas": 4}])["gpus"]
+    labels = gpu_node_labels(gpus, h200_facts)
+    assert labels == dict(node_labels(gpus, h200_facts), **{
+        "nvidia.com/gpu.present": "true", "nvidia.com/device-plugin.config": "time-slicing-4"})
+    # with the nvidia addon its own feature discovery labels the node; a node without GPUs gets none
+    assert gpu_node_labels(gpus, h200_facts, device_plugin=False) == {"nvidia.com/gpu.present": "true"}
+    assert gpu_node_labels([], h200_facts) == {}
+
+
+def test_without_a_driver_the_labels_come_from_the_gpus_on_pci(h200_facts):
+    facts = dict(h200_facts, gpus=[], driver_version=None, cuda_version=None)
+    labels = gpu_node_labels(resolve("n", facts, [])["gpus"], facts)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200" and labels["nvidia.com/gpu.count"] == "1"
+    assert labels["nvidia.com/gpu.family"] == "hopper" and "nvidia.com/gpu.memory" not in labels
+    assert not [key for key in labels if key.startswith("nvidia.com/cuda.")]
+
+
+def test_label_changes_set_what_differs_and_remove_only_our_own_labels_no_longer_wanted():
+    current = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.replicas": "2", "nvidia.com/mig-1g.10gb.count": "7",
+               "dlinfra.io/gpu.mig-layout": "7x1g.10gb", "kubernetes.io/hostname": "dgx01", "team": "vision",
+               "nvidia.com/gpu.deploy.operands": "false"}
+    wanted = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.replicas": "4", "dlinfra.io/gpu.sharing": "time-sliced"}
+    assert label_changes(current, wanted) == [
+        "dlinfra.io/gpu.sharing=time-sliced", "nvidia.com/gpu.replicas=4",
+        "dlinfra.io/gpu.mig-layout-", "nvidia.com/mig-1g.10gb.count-"]
+    stale = ["dlinfra.io/gpu.mig-layout-", "nvidia.com/mig-1g.10gb.count-"]
+    assert label_changes(dict(current, **wanted), wanted) == stale
+    assert label_changes(wanted, wanted) == []
+
+
+@pytest.mark.parametrize("key, own", [
+    ("nvidia.com/gpu.present", True), ("nvidia.com/gpu.product", True), ("nvidia.com/cuda.driver-version.full", True),
+    ("nvidia.com/cuda.driver.rev", True), ("nvidia.com/mig-3g.40gb.count", True), ("nvidia.com/mig.strategy", True),
+    ("nvidia.com/device-plugin.config", True), ("dlinfra.io/gpu.sharing", True),
+    ("nvidia.com/gpu.deploy.driver", False), ("nvidia.com/gpu", False), ("kubernetes.io/arch", False),
+])
+def test_own_labels_are_those_the_role_may_write(key, own):
+    assert own_label(key) is own

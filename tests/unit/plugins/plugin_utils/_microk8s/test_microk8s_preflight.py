@@ -13,7 +13,15 @@ GOOD = {
     "distribution": "Debian", "major_version": "12", "supported": SUPPORTED, "channel": "1.32/stable", "join_token": "",
     "cluster_groups": ["cluster_a"], "cluster": "cluster_a", "first_head": "head-a1", "head_group": "head",
     "gpu_support": "device_plugin", "addons": ["dns", "hostpath-storage"], "offline_missing": [],
+    "gpu_sharing": {"gpus": [], "problems": []},
 }
+H100 = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0", "memory_total_mib": 81559}
+
+
+def sharing(*modes, problems=()):
+    extra = {"time_slicing": {"replicas": 4}, "mig": {"layout": {"7g.80gb": 1}}}
+    gpus = [dict(H100, index=index, mode=mode, **extra.get(mode, {})) for index, mode in enumerate(modes)]
+    return {"gpus": [] if problems else gpus, "problems": list(problems)}
 
 
 def problems(**settings):
@@ -32,6 +40,8 @@ def test_the_keys_are_those_the_docs_name():
     pytest.param({"cluster_groups": [], "cluster": ""}, id="in-no-cluster-group"),
     pytest.param({"gpu_support": "none", "addons": ["nvidia"]}, id="nvidia-addon-by-hand"),
     pytest.param({"gpu_support": "device_plugin", "addons": []}, id="no-addons"),
+    pytest.param({"gpu_sharing": sharing("time_slicing", "time_slicing")}, id="time-sliced"),
+    pytest.param({"gpu_sharing": sharing("whole"), "gpu_support": "nvidia_addon"}, id="whole-with-the-addon"),
 ])
 def test_good_settings_are_no_problem(settings):
     assert problems(**settings) == []
@@ -62,6 +72,16 @@ def test_good_settings_are_no_problem(settings):
                  "microk8s_gpu_support=nvidia_addon manages it; remove it from microk8s_addons", id="nvidia-addon-addon"),
     pytest.param({"offline_missing": ["/srv/microk8s.snap", "/srv/microk8s.assert"]}, "microk8s_offline_snaps names "
                  "files the controller does not have: /srv/microk8s.snap, /srv/microk8s.assert", id="missing-snaps"),
+    pytest.param({"gpu_sharing": sharing(problems=["dgx01: microk8s_gpu_sharing_layout[0]: time_slicing needs "
+                                                   "replicas from 2 to 64 (pods per GPU); got 1000"])},
+                 "dgx01: microk8s_gpu_sharing_layout[0]: time_slicing needs replicas from 2 to 64 (pods per GPU); got "
+                 "1000", id="the-declarations-own-problem"),
+    pytest.param({"gpu_sharing": sharing("mig", "whole")}, "microk8s_gpu_sharing_layout asks for MIG (GPU 0 mig); the "
+                 "collection does not set MIG mode or make GPU instances yet, so Kubernetes would be told of instances "
+                 "that do not exist: use mode whole or time_slicing", id="mig-not-yet"),
+    pytest.param({"gpu_sharing": sharing("time_slicing"), "gpu_support": "nvidia_addon"}, "microk8s_gpu_sharing_layout "
+                 "shares GPUs (GPU 0 time_slicing), which this role configures in NVIDIA's device plugin only; set "
+                 "microk8s_gpu_support=device_plugin (microk8s_gpu_support=nvidia_addon)", id="sharing-without-plugin"),
 ])
 def test_each_problem_word_for_word(settings, expected):
     assert problems(**settings) == [expected]

@@ -16,7 +16,12 @@ def read(name):
     return (FIXTURES / name).read_text()
 
 
-def view(status=None, nodes=None, plugin=None, plugin_rc=0):
+CONFIGS = json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": "nvidia-device-plugin-configs", "resourceVersion": "1"},
+                      "data": {"whole": "flags:\n  migStrategy: none\nversion: v1\n"}})
+
+
+def view(status=None, nodes=None, plugin=None, plugin_rc=0, configs=CONFIGS):
     """The register of the role's read loop, as Ansible makes it."""
     results = [{"item": {"key": "status"}, "rc": 0, "stdout": read("status.txt") if status is None else status,
                 "stderr": ""},
@@ -26,6 +31,9 @@ def view(status=None, nodes=None, plugin=None, plugin_rc=0):
         results.append({"item": {"key": "device_plugin"}, "rc": plugin_rc, "stdout": plugin or "",
                         "stderr": "" if plugin_rc == 0 else
                         'Error from server (NotFound): daemonsets.apps "nvidia-device-plugin-daemonset" not found'})
+        results.append({"item": {"key": "device_plugin_configs"}, "rc": plugin_rc, "stdout": configs if not plugin_rc
+                        else "", "stderr": "" if plugin_rc == 0 else
+                        'Error from server (NotFound): configmaps "nvidia-device-plugin-configs" not found'})
     return {"changed": False, "results": results}
 
 
@@ -90,6 +98,13 @@ def plugin_image(plugin):
     (lambda v: v["results"][2].update(stdout=plugin_image(read("daemonset.json"))), "k8s device plugin"),
     (lambda v: v["results"][2].update(rc=1, stdout="", stderr='Error from server (NotFound): daemonsets.apps '
                                       '"nvidia-device-plugin-daemonset" not found'), "k8s device plugin"),
+    (lambda v: v["results"][3].update(stdout=CONFIGS.replace("migStrategy: none", "migStrategy: mixed")),
+     "k8s device plugin"),
+    (lambda v: v["results"][3].update(rc=1, stdout="", stderr='Error from server (NotFound): configmaps '
+                                      '"nvidia-device-plugin-configs" not found'), "k8s device plugin"),
+    (lambda v: v["results"][1].update(stdout=read("nodes.json").replace(
+        '"nvidia.com/gpu.present": "true"', '"nvidia.com/gpu.present": "true", "nvidia.com/gpu.replicas": "4"')),
+     "k8s node"),
 ])
 def test_each_thing_the_role_manages_in_the_cluster_shows(change, item):
     before = items(view(plugin=read("daemonset.json")), device_plugin=True, high_availability=True)
@@ -97,6 +112,17 @@ def test_each_thing_the_role_manages_in_the_cluster_shows(change, item):
     change(changed)
     after = items(changed, device_plugin=True, high_availability=True)
     assert [name for name in before if before[name] != after.get(name)] == [item]
+
+
+def test_with_the_device_plugin_the_node_item_holds_a_digest_of_the_gpu_labels_the_role_writes():
+    nodes = read("nodes.json").replace('"nvidia.com/gpu.present": "true"',
+                                       '"nvidia.com/gpu.present": "true", "dlinfra.io/gpu.sharing": "none"')
+    with_plugin = items(view(nodes=nodes, plugin=read("daemonset.json")), device_plugin=True)["k8s node"]
+    assert with_plugin.startswith("worker Ready nvidia.com/gpu.present=true labels ")
+    # the nvidia addon's feature discovery owns the labels: only gpu.present counts
+    assert items(view(nodes=nodes))["k8s node"] == "worker Ready nvidia.com/gpu.present=true"
+    other = nodes.replace('"dlinfra.io/gpu.sharing": "none"', '"dlinfra.io/gpu.sharing": "none", "team": "vision"')
+    assert items(view(nodes=other, plugin=read("daemonset.json")), device_plugin=True)["k8s node"] == with_plugin
 
 
 def test_a_missing_device_plugin_reads_absent():
@@ -133,3 +159,9 @@ def test_a_cluster_of_many_nodes_is_parsed_once_for_all_its_hosts():
     for name in ("head-a1", "dgx01", "cpu01"):
         items(registered, name, "")
     assert microk8s_view._nodes.cache_info().misses == 1
+
+
+def test_a_config_map_read_that_fails_otherwise_is_unreadable():
+    registered = view(plugin=read("daemonset.json"))
+    registered["results"][3].update(rc=1, stdout="", stderr="The connection to the server 127.0.0.1:16443 was refused")
+    assert items(registered, device_plugin=True)["k8s device plugin"].startswith("unreadable: kubectl get configmap")
