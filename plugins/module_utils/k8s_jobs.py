@@ -26,6 +26,10 @@ LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 QUANTITY = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?\d+)?$")
 RESTART_POLICIES = {"Job": ("Never", "OnFailure"), "Pod": ("Never", "OnFailure", "Always")}
+# A MIG GPU instance profile as nvidia-smi names it: compute slices, memory, optional media extensions.
+MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
+# The label the microk8s role puts on GPU nodes: none, mig or time-sliced.
+SHARING_LABEL = "dlinfra.io/gpu.sharing"
 NAME_FIX = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 
@@ -131,10 +135,38 @@ def _quantities(cpu, memory, problems):
     return quantities
 
 
+def mig_resource(profile):
+    """The device plugin's resource for a MIG profile (its mixed strategy): '3g.40gb' -> 'nvidia.com/mig-3g.40gb',
+    '1g.10gb+me' -> 'nvidia.com/mig-1g.10gb.me' (Kubernetes names allow no '+'); None for a name that is no profile."""
+    if not isinstance(profile, str) or not MIG_PROFILE.match(profile):
+        return None
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
+def _gpu_resource(gpus, mig_profile, whole_gpus, problems):
+    """(the resource the GPUs are asked as, the node labels that asking adds)."""
+    if mig_profile is None:
+        return "nvidia.com/gpu", {SHARING_LABEL: "none"} if whole_gpus else {}
+    resource = mig_resource(mig_profile)
+    if resource is None:
+        problems.append("mig_profile=%r is not a MIG profile name; fix: pass one such as '1g.10gb' or '3g.40gb' "
+                        "(nvidia-smi mig -lgip lists a GPU's)" % (mig_profile,))
+    if whole_gpus:
+        problems.append("mig_profile and whole_gpus ask for a slice and for a whole GPU; fix: pass one of them")
+    if not gpus:
+        problems.append("mig_profile=%r with gpus=0 asks for no instance; fix: gpus=1 (the instances to request)"
+                        % (mig_profile,))
+    return resource or "nvidia.com/gpu", {}
+
+
 def gpu_job(name, image, command=None, gpus=1, node_selector=None, kind="Job", namespace=None,
             dataset_host_path=None, dataset_mount_path="/data", env=None, backoff_limit=None,
-            restart_policy="Never", cpu=None, memory=None):
-    """Return a batch/v1 Job or v1 Pod (a dict) running one container; raise ManifestError on bad input."""
+            restart_policy="Never", cpu=None, memory=None, mig_profile=None, whole_gpus=False):
+    """Return a batch/v1 Job or v1 Pod (a dict) running one container; raise ManifestError on bad input.
+
+    gpus: how many of nvidia.com/gpu to ask for, or of the MIG profile's resource (mig_profile, the device plugin's
+    mixed strategy). whole_gpus: run only where GPUs are not shared (the node label dlinfra.io/gpu.sharing=none, which
+    the microk8s role writes)."""
     problems = []
     if not isinstance(name, str) or not DNS1123_LABEL.match(name):
         problems.append("name=%r is not a DNS-1123 label; fix: %s" % (name, NAME_FIX))
@@ -152,7 +184,13 @@ def gpu_job(name, image, command=None, gpus=1, node_selector=None, kind="Job", n
     if problem:
         problems.append(problem)
     gpus = _gpus(gpus, problems)
+    resource, sharing_selector = _gpu_resource(gpus, mig_profile, whole_gpus, problems)
     selector = _node_selector(node_selector, problems) if node_selector is not None else {}
+    for label, value in sharing_selector.items():
+        if selector.get(label, value) != value:
+            problems.append("node_selector sets %s=%s and whole_gpus asks for %s=%s; fix: leave it out of "
+                            "node_selector" % (label, selector[label], label, value))
+    selector = dict(selector, **sharing_selector)
     env_vars = _env(env, problems) if env is not None else []
 
     policies = RESTART_POLICIES.get(kind, RESTART_POLICIES["Pod"])
@@ -179,7 +217,7 @@ def gpu_job(name, image, command=None, gpus=1, node_selector=None, kind="Job", n
 
     limits = dict(quantities)
     if gpus:
-        limits["nvidia.com/gpu"] = str(gpus)
+        limits[resource] = str(gpus)
     elif not any(var["name"] == "NVIDIA_VISIBLE_DEVICES" for var in env_vars):
         # Without a GPU request, CUDA images (NVIDIA_VISIBLE_DEVICES=all) would see every GPU of the node.
         env_vars.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})

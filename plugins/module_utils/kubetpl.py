@@ -91,7 +91,8 @@ def manifests(options, worlds_dir):
                     node_selector=_pairs("--node-selector", options.node_selector) or None,
                     kind=options.kind.capitalize(), namespace=options.namespace, env=env or None,
                     backoff_limit=options.backoff_limit if options.kind == "job" else None,
-                    restart_policy=options.restart_policy or "Never", cpu=options.cpu, memory=options.memory)]
+                    restart_policy=options.restart_policy or "Never", cpu=options.cpu, memory=options.memory,
+                    mig_profile=options.mig_profile, whole_gpus=options.whole_gpus)]
 
 
 def misplaced(options):
@@ -105,7 +106,9 @@ def misplaced(options):
     return [(option, "does not apply with --dataset: %s" % why) for option, given, why in (
         ("-G", options.gpus is not None, "each node gets its ranks' GPUs, as the plan counted them"),
         ("--node-selector", options.node_selector, "each node's pod is pinned to it"),
-        ("--restart-policy", options.restart_policy, "a failed rank restarts in its pod (OnFailure)")) if given]
+        ("--restart-policy", options.restart_policy, "a failed rank restarts in its pod (OnFailure)"),
+        ("--mig-profile", options.mig_profile, "each node's ranks ask for whole GPUs"),
+        ("--whole-gpus", options.whole_gpus, "each node's pod is pinned to it")) if given]
 
 
 def render(items, output):
@@ -132,6 +135,10 @@ def parser(worlds_dir):
         sub.add_argument("-l", "--image", default=os.environ.get("KUBETPL_IMAGE") or DEFAULT_IMAGE,
                          help="the image (default: $KUBETPL_IMAGE, else %s)" % DEFAULT_IMAGE)
         sub.add_argument("-G", "--gpus", type=int, help="GPUs (nvidia.com/gpu) to request (default: 0)")
+        sub.add_argument("--mig-profile", metavar="PROFILE",
+                         help="request --gpus instances of a MIG profile (nvidia.com/mig-PROFILE) instead, e.g. 3g.40gb")
+        sub.add_argument("--whole-gpus", action="store_true",
+                         help="run only on nodes whose GPUs are not shared (dlinfra.io/gpu.sharing=none)")
         sub.add_argument("-n", "--name", help="the %s's name (default: from the command or the image)" % kind)
         sub.add_argument("--namespace", help="its namespace (default: kubectl's)")
         sub.add_argument("-e", "--env", action="append", metavar="NAME=VALUE", help="an environment variable (repeat)")

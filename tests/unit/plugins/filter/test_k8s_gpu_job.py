@@ -85,6 +85,13 @@ def test_a_training_job_on_a_staged_dataset():
     ({"node_selector": {"node-role.kubernetes.io/gpu": ""}},
      lambda m: pod_spec(m)["nodeSelector"] == {"node-role.kubernetes.io/gpu": ""}),
     ({"namespace": "ml-team-1", "kind": "Pod"}, lambda m: m["metadata"]["namespace"] == "ml-team-1"),
+    ({"gpus": 2, "mig_profile": "3g.40gb"},
+     lambda m: pod_spec(m)["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "2"}),
+    ({"mig_profile": "1g.10gb+me"},
+     lambda m: pod_spec(m)["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb.me": "1"}),
+    ({"whole_gpus": True, "node_selector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+     lambda m: pod_spec(m)["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                               "dlinfra.io/gpu.sharing": "none"}),
 ])
 def test_options_shape_a_valid_manifest(kwargs, check):
     manifest = assert_valid(k8s_gpu_job("job-1", CUDA, **dict({"command": None}, **kwargs)))
@@ -132,6 +139,11 @@ def test_good_names(name):
     ({"memory": "32 GB"}, "memory='32 GB' is not a Kubernetes quantity; fix: pass e.g. memory='32Gi'"),
     ({"dataset_host_path": "srv/data"}, "dataset_host_path='srv/data' is not an absolute path; fix: pass a path that starts with '/'"),
     ({"dataset_host_path": "/srv/data", "dataset_mount_path": "data"}, "dataset_mount_path='data' is not an absolute path"),
+    ({"mig_profile": "3g.40"}, "mig_profile='3g.40' is not a MIG profile name; fix: pass one such as '1g.10gb'"),
+    ({"mig_profile": "3g.40gb", "gpus": 0}, "mig_profile='3g.40gb' with gpus=0 asks for no instance; fix: gpus=1"),
+    ({"mig_profile": "3g.40gb", "whole_gpus": True}, "mig_profile and whole_gpus ask for a slice and for a whole GPU"),
+    ({"whole_gpus": True, "node_selector": {"dlinfra.io/gpu.sharing": "mig"}},
+     "node_selector sets dlinfra.io/gpu.sharing=mig and whole_gpus asks for dlinfra.io/gpu.sharing=none"),
 ])
 def test_bad_input_names_the_argument_and_the_fix(kwargs, message):
     args = dict({"name": "job", "image": CUDA}, **kwargs)

@@ -88,6 +88,16 @@ def test_options_reach_the_manifest():
         node_selector={"nvidia.com/gpu.present": "true"}, cpu="2", memory="4Gi")]
 
 
+@pytest.mark.parametrize("args, kwargs", [
+    (("--mig-profile", "3g.40gb"), {"mig_profile": "3g.40gb"}),
+    (("--whole-gpus",), {"whole_gpus": True}),
+])
+def test_a_job_asks_for_a_mig_profile_or_for_whole_gpus(args, kwargs):
+    status, stdout, _stderr = kubetpl("job", "-G", "1", "-c", "nvidia-smi", *args)
+    assert status == 0
+    assert valid(items(stdout)) == [k8s_gpu_job("nvidia-smi", DEFAULT_IMAGE, ["nvidia-smi"], 1, **kwargs)]
+
+
 def test_the_image_comes_from_kubetpl_image_when_not_given():
     status, stdout, _stderr = kubetpl("job", "-c", "nvidia-smi", env={"KUBETPL_IMAGE": "registry.lab:5000/cuda:12"})
     assert status == 0 and items(stdout)[0]["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.lab:5000/cuda:12"
@@ -179,6 +189,9 @@ def test_a_dataset_job_is_refused_before_anything_is_printed(staged, change, arg
     (("job", "-n", "Bad_Name", "-c", "x"), "kubetpl: name='Bad_Name' is not a DNS-1123 label"),
     (("pod", "-c", "x", "-e", "NOVALUE"), "kubetpl: -e 'NOVALUE' is not NAME=VALUE"),
     (("pod", "--dataset", "yt8m-mini"), "unrecognized arguments: --dataset"),
+    (("job", "--dataset", "yt8m-mini", "-c", "train.py", "--whole-gpus"),
+     "kubetpl: --whole-gpus does not apply with --dataset: each node's pod is pinned to it"),
+    (("pod", "-G", "1", "--mig-profile", "3g"), "kubetpl: mig_profile='3g' is not a MIG profile name"),
 ])
 def test_bad_input_is_refused(staged, args, message):
     worlds_dir, _plan = staged
