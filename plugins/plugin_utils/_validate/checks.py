@@ -182,6 +182,15 @@ def _kubectl(head_raw, index):
     return json.loads(results[index]["stdout"]).get("items", [])
 
 
+def _replicas(labels):
+    """How many times a node advertises each GPU: its nvidia.com/gpu.replicas label where dlinfra.io/gpu.sharing says
+    it is time-sliced, else 1."""
+    replicas = str(labels.get("nvidia.com/gpu.replicas", "1"))
+    if labels.get("dlinfra.io/gpu.sharing") != "time-sliced" or not replicas.isdigit() or int(replicas) < 1:
+        return 1
+    return int(replicas)
+
+
 def k8s_checks(host, raw, head, head_raw, gpu_count):
     """Checks of host in its cluster's Kubernetes, read from the cluster's first head (head, head_raw)."""
     names = ("k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job")
@@ -206,12 +215,17 @@ def k8s_checks(host, raw, head, head_raw, gpu_count):
     labels = node["metadata"].get("labels", {})
     allocatable = int(node["status"].get("allocatable", {}).get("nvidia.com/gpu", 0))
     label = labels.get("nvidia.com/gpu.present")
-    ok = label == "true" and allocatable == gpu_count
+    # A time-sliced node (the microk8s role's labels) advertises each GPU once per replica.
+    replicas = _replicas(labels)
+    expected = gpu_count * replicas
+    shared = " (%d GPU(s), time-sliced %d ways)" % (gpu_count, replicas) if replicas > 1 else ""
+    ok = label == "true" and allocatable == expected
     checks.append(check(names[1], "pass" if ok else "fail",
-                        "labelled and %d nvidia.com/gpu allocatable" % allocatable if ok else
-                        "nvidia.com/gpu.present=%s and %d nvidia.com/gpu allocatable, %d GPU(s) on the node; check the "
-                        "device plugin's pod on it" % (label, allocatable, gpu_count),
-                        "%d allocatable" % gpu_count, "%d allocatable" % allocatable))
+                        "labelled and %d nvidia.com/gpu allocatable%s" % (allocatable, shared) if ok else
+                        "nvidia.com/gpu.present=%s and %d nvidia.com/gpu allocatable, %d expected%s; check the "
+                        "device plugin's pod on it" % (label, allocatable, expected, shared or
+                                                       " (%d GPU(s) on the node)" % gpu_count),
+                        "%d allocatable" % expected, "%d allocatable" % allocatable))
     if pods is None:
         checks.append(check(names[2], "fail", "the head %s did not answer kubectl get pods -A" % head))
     else:

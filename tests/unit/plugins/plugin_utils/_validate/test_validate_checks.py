@@ -254,3 +254,24 @@ def test_the_placement_plot_draws_each_ranks_bytes_against_the_fair_share():
     without = balance_checks(PLAN)[1]
     assert "bytes per rank" not in _validate_plots.render("plot-datasets", lambda figure: _validate_plots.draw_datasets(
         figure, without["measurements"]["datasets"]), (9, 3.2))
+
+
+def time_sliced(nodes, allocatable):
+    listing = json.loads(nodes["sim-head"]["kubectl"][0]["stdout"])
+    node = next(n for n in listing["items"] if n["metadata"]["name"] == "sim-gpu1")
+    node["metadata"]["labels"].update({"dlinfra.io/gpu.sharing": "time-sliced", "nvidia.com/gpu.replicas": "4"})
+    node["status"]["allocatable"]["nvidia.com/gpu"] = str(allocatable)
+    nodes["sim-head"]["kubectl"][0]["stdout"] = json.dumps(listing)
+
+
+def test_a_time_sliced_node_is_expected_to_advertise_each_gpu_once_per_replica():
+    nodes = copy.deepcopy(RAW)
+    time_sliced(nodes, 4)
+    report = evaluate(nodes)
+    item = next(c for c in report["checks"] if (c["node"], c["check"]) == ("sim-gpu1", "k8s.gpu_resources"))
+    assert item["status"] == "pass" and "time-sliced 4 ways" in item["message"]
+    time_sliced(nodes, 1)  # the plugin did not take the node's config
+    report = evaluate(nodes)
+    assert failing(report) == {("sim-gpu1", "k8s.gpu_resources")}
+    item = next(c for c in report["checks"] if (c["node"], c["check"]) == ("sim-gpu1", "k8s.gpu_resources"))
+    assert (item["expected"], item["measured"]) == ("4 allocatable", "1 allocatable")
