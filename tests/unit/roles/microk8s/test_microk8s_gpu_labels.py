@@ -44,7 +44,9 @@ def test_the_labels_follow_the_facts_so_a_new_driver_relabels_the_node():
     labels = gpu_labels(**PLUGIN)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200" and labels["nvidia.com/device-plugin.config"] == "whole"
     assert labels["nvidia.com/cuda.driver-version.full"] == "580.159.04"
-    assert gpu_labels(**dict(PLUGIN, __microk8s_gpu=dict(H200, driver_version="580.95.05"))) != labels
+    newer_driver = dict(PLUGIN)
+    newer_driver["__microk8s_gpu"] = dict(H200, driver_version="580.95.05")
+    assert gpu_labels(**newer_driver) != labels
 
 
 def test_the_declaration_comes_from_the_inventorys_gpu_sharing_layout_or_the_roles_own_variable():
