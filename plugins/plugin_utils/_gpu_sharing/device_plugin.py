@@ -18,7 +18,7 @@ MIG strategy and the replica count only, so its name says it all (``whole``, ``t
 the ConfigMap is rebuilt from the names the nodes' labels use, whichever hosts a run touches.
 """
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.profiles import resource_name
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_jobs import mig_resource
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
@@ -53,7 +53,7 @@ def allocatable(gpus):
     for gpu in gpus:
         if gpu["mode"] == "mig":
             for profile, count in gpu["layout"].items():
-                name = GPU_RESOURCE if strategy == "single" else resource_name(profile)
+                name = GPU_RESOURCE if strategy == "single" else mig_resource(profile)
                 counts[name] = counts.get(name, 0) + count
         else:
             counts[GPU_RESOURCE] = counts.get(GPU_RESOURCE, 0) + gpu.get("replicas", 1)

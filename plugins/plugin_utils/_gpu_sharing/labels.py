@@ -123,7 +123,7 @@ def own_label(key):
 
 def label_changes(current, wanted):
     """kubectl label's arguments that take a node from its ``current`` labels to ``wanted``: KEY=VALUE for each that
-    differs, KEY- for each of our own (see _OWN) that is no longer wanted; [] where nothing differs."""
+    differs, KEY- for each of our own (own_label) that is no longer wanted; [] where nothing differs."""
     current = current or {}
     changes = ["%s=%s" % (key, value) for key, value in sorted(wanted.items()) if current.get(key) != value]
-    return changes + ["%s-" % key for key in sorted(current) if _OWN.match(key) and key not in wanted]
+    return changes + ["%s-" % key for key in sorted(current) if own_label(key) and key not in wanted]

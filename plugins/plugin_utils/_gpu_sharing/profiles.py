@@ -15,7 +15,6 @@ The ``+me`` (media extensions) profiles exist once per GPU. Newer drivers add ``
 variants on some GPUs: not listed here, so a layout naming one is refused as unknown.
 """
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_jobs import mig_resource
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_generations import DEVICES
 
 # (name pattern, GPU instance profile id, compute slices, memory slices, most instances, placement starts).
@@ -117,9 +116,3 @@ def place(profiles, layout):
         return False
 
     return list(placed) if search(0, set()) else None
-
-
-def resource_name(profile_name):
-    """The device plugin's resource for a MIG profile: 'nvidia.com/mig-1g.10gb'; its '+' becomes '.'
-    ('1g.10gb+me' -> 'nvidia.com/mig-1g.10gb.me'), as Kubernetes names allow no '+'. The same as the jobs ask for."""
-    return mig_resource(profile_name)

@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 import pytest
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_jobs import mig_resource
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.profiles import (
-    has_no_mig, memory_slices, mig_profiles, model_key, place, resource_name)
+    has_no_mig, memory_slices, mig_profiles, model_key, place)
 
 SEVEN_SLICE_IDS = [19, 20, 15, 14, 9, 5, 0]
 
@@ -94,4 +95,4 @@ def test_model_key(product, key):
 @pytest.mark.parametrize("profile, resource", [("1g.10gb", "nvidia.com/mig-1g.10gb"),
                                                ("1g.10gb+me", "nvidia.com/mig-1g.10gb.me")])
 def test_resource_names_carry_no_plus(profile, resource):
-    assert resource_name(profile) == resource
+    assert mig_resource(profile) == resource
