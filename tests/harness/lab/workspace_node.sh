@@ -13,8 +13,10 @@
 #     container on cgroup v1 it takes runc and the cgroupfs manager (crun refuses the host's hybrid cgroups) and the vfs
 #     storage driver (no /dev/fuse for fuse-overlayfs); the container's /proc is unmasked by demo.sh
 #     (systempaths=unconfined) so that podman can mount a new one;
-#   - TEST DOUBLE of the GPU's device nodes, which the toolkit's CDI spec names (tests/test_doubles/
-#     nvidia_container_toolkit/nvidia-ctk.fixture): /dev/nvidia0 and /dev/nvidiactl as copies of /dev/null;
+#   - TEST DOUBLES of the GPU's device nodes, /dev/nvidia0 and /dev/nvidiactl as copies of /dev/null, and of the CDI
+#     spec that names them: the toolkit role writes the spec only where a driver answers, which no lab node has, so
+#     this runs the toolkit's nvidia-ctk as the role would (the lab's is itself a test double, tests/test_doubles/
+#     nvidia_container_toolkit/nvidia-ctk.fixture);
 #   - the image the fixture's run command names, made from Debian's busybox-static and imported into USER's own
 #     (rootless) image store, since the lab has no registry.
 set -euo pipefail
@@ -39,8 +41,10 @@ printf '[storage]\ndriver = "vfs"\n' > /etc/containers/storage.conf
 for device in nvidia0 nvidiactl; do
   [ -e "/dev/$device" ] || mknod -m 666 "/dev/$device" c 1 3
 done
+[ -e /etc/cdi/nvidia.yaml ] || nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml
 if ! su - "$USER_NAME" -c "podman image exists $IMAGE" 2>/dev/null; then
   rootfs=$(mktemp -d /var/tmp/run-image.XXXXXX)
+  chmod 755 "$rootfs"  # the image's /: mktemp made it its owner's alone
   mkdir -p "$rootfs/bin" "$rootfs/proc" "$rootfs/sys" "$rootfs/dev" "$rootfs/etc" "$rootfs/tmp"
   cp /bin/busybox "$rootfs/bin/"
   chroot "$rootfs" /bin/busybox --install -s /bin
