@@ -524,14 +524,15 @@ def converge_from_the_bundle(manifest):
 
 def pip_from_the_bundle():
     """pip on a node, with the anaconda prefix's Python, takes every package of Jupyter's lock files from the bundle's
-    package index, each checked against its hash (--require-hashes), as the anaconda role installs them there."""
+    package index, each checked against its hash (--require-hashes), as the anaconda role installs them there (an
+    http:// index trusted, as the role trusts it)."""
     started = time.monotonic()
     names = sh(STORE, "ls %s/pypi/requirements" % BUNDLE_DIR).split()
     if "jupyterlab.lock" not in names:
         fail("the bundle holds no Jupyter lock file (pypi/requirements: %s)" % names)
     for name in names:
         got = sh(PROBE_NODE, "rm -rf /tmp/bundle-pip && /opt/anaconda3/bin/python -m pip download --quiet --no-deps "
-                             "--require-hashes --only-binary :all: --index-url http://{s}/bundle/pypi/simple/ "
+                             "--require-hashes --only-binary :all: --index-url http://{s}/bundle/pypi/simple/ --trusted-host {s} "
                              "-r http://{s}/bundle/pypi/requirements/{n} -d /tmp/bundle-pip && ls /tmp/bundle-pip | wc -l"
                              .format(s=STORE, n=name)).split()[-1]
         print("airgap-lab: pip on %s took the %s packages of %s from the bundle's index" % (PROBE_NODE, got, name), flush=True)
