@@ -6,7 +6,8 @@ namespace (tests/fixtures/airgap-record.nft). It starts from the lab the earlier
 lab's nodes fetch Debian's packages through the store's apt-cacher-ng, inventories/sim/group_vars/gpu_cluster.yml),
 as a site first converges its nodes through such a proxy (docs/airgapped-install.md):
 
-  1. the bundle, built twice on that lab's store, to the same manifest;
+  1. the bundle, built twice on that lab's store, to the same manifest, with Jupyter's pinned packages (the anaconda
+     role's lock files) from the package index the store serves (tests/harness/lab/jupyter_index.py);
   2. carried to a fresh air-gapped lab (demo.sh down, then AIRGAP=1 demo.sh lab) whose store serves it with its
      apt-cacher-ng stopped;
   3. the record works: from a node, a connection to Debian's archive by address and a fetch of http://deb.debian.org/
@@ -15,7 +16,9 @@ as a site first converges its nodes through such a proxy (docs/airgapped-install
   4. site.yml converges from the bundle with tests/fixtures/airgap_bundle.yml (archive mirrors, the toolkit
      repository and the installer from the bundle, no proxy; microk8s from the bundle's snap files), as two slices at
      once, one per cluster (this lab has a second, tests/fixtures/airgap_hosts.yml), each cluster's staging plan on its
-     own targets; one run over both then changes nothing, and the nodes made no outbound attempt: every packet to an address off the internal network, and
+     own targets; one run over both then changes nothing; pip on sim-gpu1 takes every package of Jupyter's lock files
+     from the bundle's index with --require-hashes; and the nodes made no outbound attempt: every packet to an address
+     off the internal network, and
      every name lookup Docker's DNS passed on (but lookups of the lab's own names, such as apt's SRV lookup of the
      store), fails the stage, named with the node, the address or name, and the task that was running then;
   5. the same variables without one of those that point a role at the bundle (preflight_apt_mirror,
@@ -465,7 +468,8 @@ def bundle_twice():
     entries = [line.split(None, 1)[1] for line in first.splitlines()]
     debs = [path for path in entries if path.endswith(".deb")]
     for wanted in ("debian/dists/", "debian-security/dists/", "sim-store/vendor/libnvidia-container/gpgkey",
-                   "sim-store/vendor/libnvidia-container/stable/deb/", "sim-store/vendor/miniforge/", "snaps/microk8s_"):
+                   "sim-store/vendor/libnvidia-container/stable/deb/", "sim-store/vendor/miniforge/", "snaps/microk8s_",
+                   "pypi/requirements/jupyterlab.lock", "pypi/simple/jupyterlab/index.html", "pypi/files/jupyterlab-"):
         if not any(path.startswith(wanted) for path in entries):
             fail("the bundle holds nothing under %s" % wanted)
     print("airgap-lab: the bundle: %d files (%d packages), the same manifest twice" % (len(entries), len(debs)), flush=True)
@@ -512,9 +516,37 @@ def converge_from_the_bundle(manifest):
                            if path.startswith("snaps/microk8s_")}, "the bundle's snaps/")
     # One run over both clusters finds nothing to change: the slices left the state one run leaves.
     times["site from the bundle again, both clusters"] = run_again("bundle-site-2", INVENTORY + ["-e", "@%s" % BUNDLE_VARS])
+    times["pip from the bundle"] = pip_from_the_bundle()
     require_no_attempts(["bundle-site-" + cluster for cluster in CLUSTERS] + ["bundle-site-2"],
                         "while converging from the bundle")
     return times
+
+
+def pip_from_the_bundle():
+    """pip on a node, with the anaconda prefix's Python, takes every package of Jupyter's lock files from the bundle's
+    package index, each checked against its hash (--require-hashes), as the anaconda role installs them there (an
+    http:// index trusted, as the role trusts it)."""
+    started = time.monotonic()
+    names = sh(STORE, "ls %s/pypi/requirements" % BUNDLE_DIR).split()
+    if "jupyterlab.lock" not in names:
+        fail("the bundle holds no Jupyter lock file (pypi/requirements: %s)" % names)
+    for name in names:
+        got = sh(PROBE_NODE, "rm -rf /tmp/bundle-pip && /opt/anaconda3/bin/python -m pip download --quiet --no-deps "
+                             "--require-hashes --only-binary :all: --index-url http://{s}/bundle/pypi/simple/ --trusted-host {s} "
+                             "-r http://{s}/bundle/pypi/requirements/{n} -d /tmp/bundle-pip && ls /tmp/bundle-pip | wc -l"
+                             .format(s=STORE, n=name)).split()[-1]
+        print("airgap-lab: pip on %s took the %s packages of %s from the bundle's index" % (PROBE_NODE, got, name), flush=True)
+    return time.monotonic() - started
+
+
+def jupyter_index_on_the_store():
+    """The package index the lab's store serves at /pypi (the lab's stand-in for PyPI), which the bundle collects
+    from; the workspace stage serves the same."""
+    index = WORK / "pypi"
+    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"),
+                    str(index), "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
+    sh(STORE, "mkdir -p /var/www/html/pypi")
+    subprocess.run(["docker", "cp", "%s/." % index, "%s:/var/www/html/pypi" % STORE], check=True)
 
 
 def attempts_only():
@@ -530,6 +562,7 @@ def main():
     if subprocess.run(["docker", "inspect", STORE], capture_output=True, check=False).returncode != 0:
         fail("no %s: this stage builds the bundle on the lab the as-a-user stage converged" % STORE)
     step("the offline bundle: built twice on the lab's store from what its converges fetched through the proxy")
+    jupyter_index_on_the_store()
     manifest, times = bundle_twice()
 
     step("the bundle, carried to a fresh air-gapped lab whose store serves it with its caching proxy stopped")

@@ -124,8 +124,11 @@ lab() {
         fi
         # --restart: a reboot inside (systemctl reboot ends systemd, PID 1) brings the container back, as a machine
         # comes back; upgrade.yml's reboot of a node is tested with it (tests/harness/lab/rolling_lab.py).
+        # systempaths=unconfined: Docker's masks over /proc keep rootless podman (the workspace's run command) from
+        # mounting a /proc of its own.
         docker run -d --name "$host" --hostname "$host" "${net[@]}" --restart unless-stopped \
           --cap-add SYS_ADMIN --cap-add NET_ADMIN --label org.dlinfra.demo.caps=net_admin --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
+          --security-opt systempaths=unconfined \
           -v /sys/fs/cgroup:/sys/fs/cgroup:ro --tmpfs /run --tmpfs /run/lock --tmpfs /tmp \
           -v "$double_state:/srv/microk8s-test-double" \
           --label org.dlinfra.demo=1 "$image" /lib/systemd/systemd >/dev/null
@@ -213,25 +216,19 @@ train() {
 }
 
 # Where people work: Jupyter Lab and a VNC desktop for a user of sim-gpu1 (tests/fixtures/workspace_hosts.yml, an
-# inventory source with its variables), on its loopback only; Jupyter's pinned wheels come from an index on the store,
-# as a site without PyPI would serve them.
+# inventory source with its variables), on its loopback only, and the run command; workspace_node.sh does what the
+# site's admin would do first (the user, the wheels' index on the store, the container engine).
 workspace() {
   local user
   user=$(workspace_user)
   echo
-  echo "demo: Jupyter Lab and a VNC desktop for $user on sim-gpu1, listening on its loopback only"
-  .venv/bin/python tests/harness/lab/jupyter_index.py "$cache/pypi" --python-version 3.13 >/dev/null
-  docker exec sim-store mkdir -p /var/www/html/pypi
-  docker cp "$cache/pypi/." sim-store:/var/www/html/pypi
-  docker exec sim-gpu1 sh -c "id -u $user >/dev/null 2>&1 || useradd --create-home --shell /bin/bash $user"
-  # The driver's Debian packages select NVIDIA's GLX alternative, which holds no libGL without NVIDIA's GLX package;
-  # Xtigervnc links libGL. The lab's GPU nodes take Mesa's.
-  docker exec sim-gpu1 sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 \
-    libglx-mesa0 >/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null'
+  echo "demo: Jupyter Lab, a VNC desktop and the run command for $user on sim-gpu1, listening on its loopback only"
+  tests/harness/lab/workspace_node.sh "$user" "$cache/pypi"
   quietly "$cache/logs/workspace.log" site.yml --limit cluster_sim -i "$workspace_hosts"
   echo "demo: on a real cluster: ssh -L 8888:localhost:8888 -L 5901:localhost:5901 $user@NODE, then open"
   echo "  http://localhost:8888/lab?token=TOKEN and a VNC viewer on localhost:5901 (token, password: $workspace_hosts)"
   echo "demo: in the lab: docker exec sim-gpu1 curl -s -H 'Authorization: token TOKEN' http://127.0.0.1:8888/api/kernelspecs"
+  echo "demo: and: docker exec -it sim-gpu1 su - $user -c 'run sh'   (a shell in the run command's container)"
 }
 
 up() {

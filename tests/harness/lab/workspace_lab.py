@@ -10,7 +10,10 @@
      API refuses a request without the token and answers with it, listing the kernel of the lab's conda environment
      `train`; the desktop takes the password, refuses a wrong one, and its frame is a desktop, not a black one
      (tests/harness/lab/rfb_snapshot.py);
-  3. from a host that is not a member of the cluster (the store), a scan of every TCP port of each node finds only SSH
+  3. the run command (rootless podman, prepared by tests/harness/lab/workspace_node.sh) as the user: the command runs in
+     the image, as the user, in their working directory, with the GPU's device node (a test double) and the staged
+     datasets read-only (a write fails);
+  4. from a host that is not a member of the cluster (the store), a scan of every TCP port of each node finds only SSH
      and the monitoring endpoints, which answer 401 without a password: neither workspace service, though both listen
      on sim-gpu1's loopback. sim-gpu1 runs the host firewall (host_firewall_enabled in the same inventory): from the
      store only SSH answers there, and sshd greets it; from sim-head, a member, every port it listens on answers.
@@ -43,6 +46,7 @@ JUPYTER_PORT = SETTINGS["anaconda_jupyter_users"][0]["port"]
 TOKEN = SETTINGS["anaconda_jupyter_users"][0]["token"]
 DISPLAY = SETTINGS["remote_desktop_users"][0]["display"]
 VNC_PASSWORD = SETTINGS["remote_desktop_users"][0]["password"]
+DATASETS = "/srv/ssd"  # shard_staging_root of the lab's rack (inventories/sim), which the run command mounts read-only
 
 
 def copy_to(host, source, dest):
@@ -156,6 +160,38 @@ def firewall_check():
           "exporter 401 without a password)" % (NODE, ports, outside, STORE, greeting, SCANNER))
 
 
+def run_check():
+    """`run` on sim-gpu1, as the user, in a directory of their home: the command runs in the image (which has no
+    /etc/os-release, the node has), as the user (uid and gid), where they are, sees the GPU's device node through the
+    CDI spec (test doubles: the lab has no GPU), reads a staged dataset and cannot write to it; a file it makes in the
+    working directory is the user's on the node."""
+    probe = ("echo ids=$(id -u):$(id -g); echo pwd=$(pwd); echo os=$(head -n 1 /etc/os-release 2>/dev/null); "
+             "echo device=$(ls /dev/nvidia0); echo dataset=$(ls %s | head -n 1); "
+             "echo write=$(touch %s/written-by-run 2>&1 && echo written); touch made-by-run" % (DATASETS, DATASETS))
+    done = subprocess.run(["docker", "exec", NODE, "su", "-", USER, "-c",
+                           "mkdir -p work && cd work && rm -f made-by-run && run sh -c '%s'" % probe],
+                          capture_output=True, text=True, check=False)
+    seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    if done.returncode != 0 or len(seen) < 6:
+        fail("run as %s: exit %d: %s %s" % (USER, done.returncode, done.stdout, done.stderr[-2000:]))
+    ids = ":".join(sh(NODE, "id -u %s; id -g %s" % (USER, USER)).split())
+    home = sh(NODE, "getent passwd %s | cut -d: -f6" % USER).strip()
+    owner = sh(NODE, "stat -c %%U %s/work/made-by-run 2>&1" % home, check=False).strip()
+    problems = [what for what, bad in (
+        ("runs as %s, not the user's %s" % (seen["ids"], ids), seen["ids"] != ids),
+        ("runs in %s, not %s/work" % (seen["pwd"], home), seen["pwd"] != home + "/work"),
+        ("runs on the node, not in the image (it has %s)" % seen["os"], seen["os"] != ""),
+        ("has no /dev/nvidia0 (%s)" % seen["device"], seen["device"] != "/dev/nvidia0"),
+        ("lists nothing in %s" % DATASETS, not seen["dataset"]),
+        ("wrote into %s (%s)" % (DATASETS, seen["write"]), "Read-only file system" not in seen["write"]),
+        ("left made-by-run owned by %s, not %s" % (owner, USER), owner != USER)) if bad]
+    if problems:
+        fail("the run command %s; its output: %s" % ("; ".join(problems), seen))
+    facts = (USER, seen["ids"], seen["pwd"], seen["device"], DATASETS, seen["dataset"], seen["write"], USER)
+    print("workspace-lab: run as %s: %s in %s, in the image, %s present, %s listed (%s), a write there refused (%s), "
+          "its file in the working directory %s's" % facts)
+
+
 def unauthenticated_status(host, port, asker=STORE):
     """The HTTP status a request without credentials gets from https://host:port/ (asked from the store)."""
     ask = ("import ssl, urllib.error, urllib.request\n"
@@ -173,16 +209,9 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
 
     step("1. Jupyter and a desktop for %s on %s, the wheels from the store's index" % (USER, NODE))
-    index = WORK / "pypi"
-    subprocess.run(["python", str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"), str(index),
-                    "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
-    copy_to(STORE, index, "/var/www/html/pypi")
-    sh(NODE, "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (USER, USER))
-    # The driver's Debian packages divert Mesa's libGL and select NVIDIA's GLX alternative, which holds no libGL without
-    # NVIDIA's GLX package; Xtigervnc links libGL (the remote_desktop role stops naming this). The lab's GPU nodes, which
-    # have no GPU to render with, take Mesa's.
-    sh(NODE, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libgl1 libglx-mesa0 "
-             ">/dev/null && update-alternatives --set glx /usr/lib/mesa-diverted >/dev/null")
+    # What the site's admin does first: the user, the wheels' index on the store, Mesa's libGL, the run command's
+    # engine and image (and the GPU's device nodes as a test double).
+    subprocess.run([str(ROOT / "tests" / "harness" / "lab" / "workspace_node.sh"), USER, str(WORK / "pypi")], check=True)
     first = converge("first")
     if not first.get(NODE) or any(first.get(node) != 0 for node in GPU_NODES if node != NODE):
         fail("the first run should change %s only (its inventory's workspace), it changed %s (log %s)"
@@ -212,7 +241,10 @@ def main():
     print("workspace-lab: through the tunnel, Jupyter %s without the token, 200 with it, kernels %s; the desktop %s; a wrong password refused"
           % (refused, sorted(specs["kernelspecs"]), {k: frame.get(k) for k in ("width", "height", "colours")}))
 
-    step("3. a port scan of every node of the cluster from %s, which is not one of them" % STORE)
+    step("3. the run command as %s: the image, as the user, in the working directory, the datasets read-only" % USER)
+    run_check()
+
+    step("4. a port scan of every node of the cluster from %s, which is not one of them" % STORE)
     for port in (JUPYTER_PORT, 5900 + DISPLAY):
         if listening(port) not in (["127.0.0.1"], ["127.0.0.1", "[::1]"]):
             fail("%s listens on %s for port %d, expected its loopback only" % (NODE, listening(port), port))

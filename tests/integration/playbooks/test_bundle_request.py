@@ -84,3 +84,19 @@ def test_a_cache_gives_a_bundle_laid_out_as_its_urls_and_the_same_manifest_twice
     code, output = run_bundle(tmp_path)
     assert code == 0 and "the same as the bundle it replaced" in output, output
     assert " changed=0 " in output.rsplit("PLAY RECAP", maxsplit=1)[-1]
+
+
+@pytest.mark.parametrize("lock, expected", [
+    (None, "bundle_pip_requirements names {lock}, which is not a file on the controller holding hash-pinned"),
+    ("jupyterlab==4.6.6\n", "bundle_pip_requirements names {lock}, which is not a file on the controller holding"),
+    ("ok==1.0 \\\n    --hash=sha256:%s\n" % ("ab" * 32), "bundle_pip_index_url must be the http:// or https:// URL"),
+])
+def test_pip_requirements_that_cannot_be_carried_stop_before_anything_is_built(tmp_path, lock, expected):
+    path = tmp_path / "app.lock"
+    if lock is not None:
+        path.write_text(lock)
+    code, output = run_bundle(tmp_path, "-e", '{"bundle_pip_requirements": ["%s"], "bundle_pip_index_url": "%s"}'
+                              % (path, "ftp://mirror" if lock and "hash" in lock else "https://pypi.org/simple/"))
+    assert code != 0, output
+    assert expected.format(lock=path) in output
+    assert not (tmp_path / "bundle.new").exists() and not (tmp_path / "bundle").exists()
