@@ -48,8 +48,7 @@ def links(page, base):
     """{sha256: (file name, absolute URL)} of the links of a simple index page that carry a sha256 fragment."""
     found = {}
     for href in LINK.findall(page):
-        url = urllib.parse.urljoin(base, html.unescape(href))
-        address, _, fragment = url.partition("#")
+        address, fragment = urllib.parse.urldefrag(urllib.parse.urljoin(base, html.unescape(href)))
         if fragment.startswith("sha256="):
             found[fragment[len("sha256="):].lower()] = (urllib.parse.unquote(address.rsplit("/", 1)[-1]), address)
     return found

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # What a site's admin does before turning on the workspace of tests/fixtures/workspace_hosts.yml, done on the simulated
 # lab (make demo's workspace step and make test's workspace stage run it):
 #
