@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -54,6 +55,19 @@ def links(page, base):
     return found
 
 
+def page(url):
+    """A project's page of the index; empty where the index has no such project (404)."""
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
+            return answer.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return ""
+        raise SystemExit("bundle_wheels: %s answers %s %s" % (url, error.code, error.reason)) from error
+    except OSError as error:  # urllib.error.URLError among them
+        raise SystemExit("bundle_wheels: cannot read %s: %s (bundle_pip_index_url)" % (url, error)) from error
+
+
 def sha256_of(path):
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -68,8 +82,11 @@ def fetch(url, dest, sha256, old):
     if os.path.isfile(kept) and sha256_of(kept) == sha256:
         shutil.copyfile(kept, dest)
         return
-    with urllib.request.urlopen(url, timeout=TIMEOUT) as answer, open(dest + ".part", "wb") as out:
-        shutil.copyfileobj(answer, out)
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as answer, open(dest + ".part", "wb") as out:
+            shutil.copyfileobj(answer, out)
+    except OSError as error:  # urllib.error.URLError among them
+        raise SystemExit("bundle_wheels: cannot download %s: %s" % (url, error)) from error
     got = sha256_of(dest + ".part")
     if got != sha256:
         os.unlink(dest + ".part")
@@ -94,8 +111,7 @@ def main(bundle, index, old_bundle, requirements):
         with open(requirement) as handle:
             for name, version, hashes in pins(handle.read()):
                 page_url = index + project(name) + "/"
-                with urllib.request.urlopen(page_url, timeout=TIMEOUT) as answer:
-                    offered = links(answer.read().decode("utf-8", "replace"), page_url)
+                offered = links(page(page_url), page_url)
                 chosen = {sha: offered[sha] for sha in sorted(hashes) if sha in offered}
                 if not chosen:
                     missing.append("%s==%s (%s, in %s)" % (name, version, page_url, os.path.basename(requirement)))

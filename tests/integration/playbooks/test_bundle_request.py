@@ -100,3 +100,15 @@ def test_pip_requirements_that_cannot_be_carried_stop_before_anything_is_built(t
     assert code != 0, output
     assert expected.format(lock=path) in output
     assert not (tmp_path / "bundle.new").exists() and not (tmp_path / "bundle").exists()
+
+
+def test_two_requirement_files_of_one_name_stop_before_anything_is_built(tmp_path):
+    locks = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "app.lock").write_text("ok==1.0 \\\n    --hash=sha256:%s\n" % ("ab" * 32))
+        locks.append(str(tmp_path / folder / "app.lock"))
+    code, output = run_bundle(tmp_path, "-e", '{"bundle_pip_requirements": ["%s", "%s"]}' % tuple(locks))
+    assert code != 0, output
+    assert "bundle_pip_requirements gives two files of the same name (app.lock, app.lock)" in output
+    assert not (tmp_path / "bundle.new").exists() and not (tmp_path / "bundle").exists()

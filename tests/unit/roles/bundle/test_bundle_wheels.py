@@ -113,8 +113,9 @@ def test_every_pinned_file_goes_into_an_index_pip_installs_from(tmp_path, index,
 def test_a_pin_the_index_has_no_file_for_stops_naming_it(tmp_path, index):
     served, sha = index
     requirements = lock(tmp_path / "app.lock", ("demo-pkg==1.0", [sha["demo_pkg-1.0-py3-none-any.whl"]]),
-                        ("demo-pkg==1.1", ["ab" * 32]))
-    with pytest.raises(SystemExit, match=r"for 1 package\(s\): demo-pkg==1\.1 \(http://.*/simple/demo-pkg/, in app\.lock\)"):
+                        ("demo-pkg==1.1", ["ab" * 32]), ("absent==1.0", ["cd" * 32]))
+    with pytest.raises(SystemExit, match=r"for 2 package\(s\): demo-pkg==1\.1 \(http://.*/simple/demo-pkg/, in app\.lock\); "
+                                         r"absent==1\.0 \(http://.*/simple/absent/"):
         bundle_wheels.main(str(tmp_path / "new"), served.url + "/simple/", str(tmp_path / "old"), [requirements])
 
 
