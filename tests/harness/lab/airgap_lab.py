@@ -539,16 +539,6 @@ def pip_from_the_bundle():
     return time.monotonic() - started
 
 
-def jupyter_index_on_the_store():
-    """The package index the lab's store serves at /pypi (the lab's stand-in for PyPI), which the bundle collects
-    from; the workspace stage serves the same."""
-    index = WORK / "pypi"
-    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "tests" / "harness" / "lab" / "jupyter_index.py"),
-                    str(index), "--python-version", "3.13"], check=True, stdout=subprocess.DEVNULL)
-    sh(STORE, "mkdir -p /var/www/html/pypi")
-    subprocess.run(["docker", "cp", "%s/." % index, "%s:/var/www/html/pypi" % STORE], check=True)
-
-
 def attempts_only():
     packets, attempts, lookups, own = record()
     for line in describe(packets, attempts, lookups, own):
@@ -562,7 +552,8 @@ def main():
     if subprocess.run(["docker", "inspect", STORE], capture_output=True, check=False).returncode != 0:
         fail("no %s: this stage builds the bundle on the lab the as-a-user stage converged" % STORE)
     step("the offline bundle: built twice on the lab's store from what its converges fetched through the proxy")
-    jupyter_index_on_the_store()
+    # The lab's stand-in for PyPI, which the bundle collects Jupyter's packages from (the workspace stage serves it too).
+    subprocess.run([str(ROOT / "tests" / "harness" / "lab" / "store_jupyter_index.sh"), str(WORK / "pypi")], check=True)
     manifest, times = bundle_twice()
 
     step("the bundle, carried to a fresh air-gapped lab whose store serves it with its caching proxy stopped")

@@ -4,8 +4,8 @@
 #
 #   workspace_node.sh USER INDEX_DIR
 #
-#   - Jupyter's pinned wheels laid out as a package index (tests/harness/lab/jupyter_index.py) in INDEX_DIR and served
-#     by the store at /pypi, as a site without PyPI serves them;
+#   - Jupyter's pinned wheels as a package index in INDEX_DIR, served by the store at /pypi (store_jupyter_index.sh),
+#     as a site without PyPI serves them;
 #   - USER on sim-gpu1 (the roles refuse a user the node does not know);
 #   - Mesa's libGL, selected: the driver's Debian packages select NVIDIA's GLX alternative, which holds no libGL without
 #     NVIDIA's GLX package, and Xtigervnc links libGL (the remote_desktop role stops naming this);
@@ -27,9 +27,7 @@ node=sim-gpu1
 image=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["all"]["hosts"]["sim-gpu1"]["nvidia_container_toolkit_run_image"])' \
   tests/fixtures/workspace_hosts.yml)
 
-.venv/bin/python tests/harness/lab/jupyter_index.py "$index" --python-version 3.13 >/dev/null
-docker exec sim-store mkdir -p /var/www/html/pypi
-docker cp "$index/." sim-store:/var/www/html/pypi
+tests/harness/lab/store_jupyter_index.sh "$index"
 
 docker exec -i -e USER_NAME="$user" -e IMAGE="$image" "$node" bash -euo pipefail <<'EOF'
 id -u "$USER_NAME" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$USER_NAME"
