@@ -23,6 +23,7 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate impo
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.fabric import (
     fabric_checks, node_fabric, transport_check)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.security import listeners_check
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate import sharing as validate_sharing
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.training import training_checks
 
 _CONTAINERD_NVIDIA = re.compile(r"runtimes\.nvidia\]")
@@ -425,13 +426,15 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
         raw = nodes[host]
         if not raw:
             report["nodes"].append({"name": host, "cluster": None, "rack": None, "groups": [], "driver": None,
-                                    "fabric": None})
+                                    "fabric": None, "sharing": None})
             report["checks"].append(dict(check("node.reachable", "fail", "%s failed or was unreachable before validate read "
                                                "it; see the run's output above the report" % host), node=host))
             continue
         gpu = raw.get("gpu") if raw["gpu_node"] and ran(raw.get("gpu")) else {}
         report["nodes"].append({"name": host, "cluster": raw["cluster"], "rack": raw["rack"], "groups": raw["groups"],
-                                "driver": node_driver(gpu), "fabric": node_fabric(raw) if raw["gpu_node"] else None})
+                                "driver": node_driver(gpu), "fabric": node_fabric(raw) if raw["gpu_node"] else None,
+                                "sharing": validate_sharing.declared_layout(
+                                    host, gpu, raw["expected"].get("gpu_sharing_layout")) if raw["gpu_node"] else None})
         checks = [check("node.reachable", "pass", "read")]
         cluster_hosts = by_cluster[raw["cluster"]]
         head = next((h for h in cluster_hosts if nodes[h]["first_head"]), None)
@@ -440,6 +443,8 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
             model = (gpu.get("gpus") or [{}])[0].get("name")
             thresholds = validate_gpu.thresholds_for(model, gpu_models, raw["expected"]["gpu_thresholds"]) if model else {}
             checks += validate_gpu.gpu_checks(gpu, raw["expected"]["gpus"], thresholds, _gpu_options(raw))
+            checks.append(validate_sharing.sharing_check(host, gpu, raw["expected"].get("gpu_sharing_layout"),
+                                                         validate_gpu.unusable(gpu)))
             checks += driver_checks(host, raw, driver_versions[raw["cluster"]])
             checks += runtime_checks(host, raw)
             checks += nccl_checks(host, raw, nccl_versions[raw["cluster"]])

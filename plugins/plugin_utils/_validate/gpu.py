@@ -85,7 +85,7 @@ def _models(gpus):
     return ", ".join("%d x %s" % (count, name) for name, count in counts.items()) or "0 GPUs"
 
 
-def _unusable(facts):
+def unusable(facts):
     """Why checks that read the GPUs cannot run, or None when the driver answers for at least one GPU."""
     if not facts.get("driver_state"):
         return "the GPU facts could not be read on this node"
@@ -422,7 +422,7 @@ def gpu_checks(facts, expected_gpus, thresholds, options):
     with dcgm_reason and bandwidth_reason saying why.
     """
     facts, thresholds, options = facts or {}, thresholds or {}, options or {}
-    reason = _unusable(facts)
+    reason = unusable(facts)
     gpus = [] if reason else facts["gpus"]
 
     def per_gpu(check_id, evaluate):

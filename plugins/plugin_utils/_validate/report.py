@@ -176,7 +176,7 @@ def _summary_table(report, summary):
     meta = {node["name"]: node for node in report.get("nodes") or []}
     by_cell = {(item["node"], item["check"]): item for item in report.get("checks") or []}
     out = ['<table id="summary">', "<thead>", '<tr><th rowspan="2">node</th><th rowspan="2">cluster / rack</th>'
-           '<th rowspan="2">GPUs / driver</th><th rowspan="2">HCAs, ports / nearest GPUs</th>'
+           '<th rowspan="2">GPUs / driver</th><th rowspan="2">GPU sharing</th><th rowspan="2">HCAs, ports / nearest GPUs</th>'
            '<th rowspan="2">result</th>']
     out += ['<th class="category" colspan="%d">%s</th>' % (len(ids), _e(category)) for category, ids in columns]
     out.append("</tr><tr>")
@@ -186,9 +186,9 @@ def _summary_table(report, summary):
     for name, status in summary["nodes"].items():
         node = meta.get(name) or {}
         place = " / ".join(_e(node.get(key) or "-") for key in ("cluster", "rack"))
-        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td class="%s">%s</td>' % (
-            _e(name), _e(name), place, _e(_driver_cell(node.get("driver"))), _e(_fabric_cell(node.get("fabric"))),
-            status, status.upper()))
+        out.append('<tr data-node="%s"><th>%s</th><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td class="%s">%s</td>' % (
+            _e(name), _e(name), place, _e(_driver_cell(node.get("driver"))), _e(node.get("sharing") or "-"),
+            _e(_fabric_cell(node.get("fabric"))), status, status.upper()))
         for dummy, ids in columns:
             for check in ids:
                 item = by_cell.get((name, check))

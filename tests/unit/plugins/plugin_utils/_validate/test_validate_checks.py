@@ -21,7 +21,7 @@ PLAN = {"mode": "partition", "replicas": 1, "shard_count": 32, "total_bytes": 36
 SCHEMA = json.loads((ROOT / "docs" / "validate_report.schema.json").read_text())
 GPU_NODE_CHECKS = {
     "node.reachable", "gpu.count_model", "gpu.driver_state", "gpu.persistence_mode", "gpu.ecc", "gpu.xid", "gpu.nvlink",
-    "gpu.pcie_link", "gpu.throttle", "gpu.dcgm_diag", "gpu.host_device_bandwidth", "gpu.driver_version",
+    "gpu.pcie_link", "gpu.throttle", "gpu.dcgm_diag", "gpu.host_device_bandwidth", "gpu.sharing", "gpu.driver_version",
     "gpu.driver_consistency", "gpu.driver_flavor", "runtime.docker", "runtime.containerd", "runtime.microk8s", "runtime.cdi",
     "runtime.gpu_container", "nccl.version", "nccl.consistency", "nccl.busbw", "nccl.busbw_multinode", "nccl.transport",
     "k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job", "storage.free_space", "storage.seq_write",

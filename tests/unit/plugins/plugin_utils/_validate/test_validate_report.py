@@ -131,8 +131,11 @@ def test_the_page_has_the_summary_table_and_four_inline_svg_plots(written, repor
     # cluster / rack, then GPUs / driver: the architectures and the loaded module (none in the report for sim-gpu3)
     assert re.findall(r'<tr data-node="[^"]+"><th>[^<]+</th><td>[^<]+</td><td>([^<]+)</td>', table) == [
         "Ada / 550 proprietary", "Ada / no module loaded", "-"]
-    # then the HCAs: each one's ports and its nearest GPUs on PCIe; none on sim-gpu2; not read on sim-gpu3
+    # then the declared GPU sharing (none for sim-gpu3, which the run did not read)
     assert re.findall(r'<tr data-node="[^"]+"><th>[^<]+</th><td>[^<]+</td><td>[^<]+</td><td>([^<]+)</td>', table) == [
+        "GPUs 0-3 time-sliced x4", "GPUs 0-3 whole", "-"]
+    # then the HCAs: each one's ports and its nearest GPUs on PCIe; none on sim-gpu2; not read on sim-gpu3
+    assert re.findall(r'<tr data-node="[^"]+"><th>[^<]+</th>(?:<td>[^<]+</td>){3}<td>([^<]+)</td>', table) == [
         "mlx5_0 1 ACTIVE 400 Gb/s InfiniBand, PIX to 0000:18:00.0; mlx5_1 1 DOWN Ethernet, NODE to 0000:2a:00.0 "
         "0000:3a:00.0", "no HCA", "-"]
     assert [html.unescape(title) for title in re.findall(r'<td class="cell fail" title="([^"]*)">F</td>', table)] == [
