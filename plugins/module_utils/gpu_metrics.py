@@ -222,6 +222,9 @@ def _families():
         ("nvidia_gpu_mig_mode_enabled", "gauge", "1 when MIG is on now."),
         ("nvidia_gpu_mig_mode_pending_enabled", "gauge", "MIG mode after the next GPU reset."),
         ("nvidia_gpu_mig_devices", "gauge", "MIG devices on the GPU."),
+        ("nvidia_gpu_mig_memory_used_bytes", "gauge", "Frame buffer memory in use on the MIG device."),
+        ("nvidia_gpu_mig_memory_total_bytes", "gauge", "Frame buffer memory size of the MIG device."),
+        ("nvidia_gpu_mig_multiprocessors", "gauge", "Streaming multiprocessors of the MIG device."),
         ("dlinfra_fabric_expected_rate_bytes_per_second", "gauge",
          "The rate every active RDMA port of this node should run at, as node exporter's "
          "node_infiniband_rate_bytes_per_second counts it (gpu_monitoring_fabric_expected_rate_gbps; absent: none)."),
@@ -281,6 +284,13 @@ def _add_gpu(families, gpu):
     add("nvidia_gpu_mig_mode_enabled", gpu["mig_mode_current"])
     add("nvidia_gpu_mig_mode_pending_enabled", gpu["mig_mode_pending"])
     add("nvidia_gpu_mig_devices", gpu["mig_device_count"] if gpu["mig_mode_current"] is not None else None)
+    for device in gpu.get("mig_devices") or []:
+        # The MIG device as the device plugin and DCGM name it: its GPU instance and compute instance on this GPU.
+        instance = (("mig_device", str(device["index"])), ("gpu_instance_id", str(device["gpu_instance_id"])),
+                    ("compute_instance_id", str(device["compute_instance_id"])))
+        add("nvidia_gpu_mig_memory_used_bytes", _scaled(device["memory_used_mib"], MIB), *instance)
+        add("nvidia_gpu_mig_memory_total_bytes", _scaled(device["memory_total_mib"], MIB), *instance)
+        add("nvidia_gpu_mig_multiprocessors", device["multiprocessor_count"], *instance)
 
 
 def collect(command=DEFAULT_COMMAND, timeout=DEFAULT_TIMEOUT, sysfs_root="/sys", procfs_root="/proc",

@@ -234,6 +234,21 @@ def _parse_processes(gpu):
             for info in block.findall("process_info")]
 
 
+def _parse_mig_devices(gpu):
+    """The GPU's MIG devices (<mig_devices><mig_device>: index, gpu_instance_id, compute_instance_id, its own frame
+    buffer and multiprocessor count); [] without MIG."""
+    block = gpu.find("mig_devices")
+    if block is None:
+        return []
+    return [{"index": parse_int(text_value(device, "index")),
+             "gpu_instance_id": parse_int(text_value(device, "gpu_instance_id")),
+             "compute_instance_id": parse_int(text_value(device, "compute_instance_id")),
+             "multiprocessor_count": parse_int(text_value(device, "device_attributes/shared/multiprocessor_count")),
+             "memory_total_mib": parse_mib(text_value(device, "fb_memory_usage/total")),
+             "memory_used_mib": parse_mib(text_value(device, "fb_memory_usage/used"))}
+            for device in block.findall("mig_device")]
+
+
 def _parse_gpu(index, gpu):
     mig_devices = gpu.find("mig_devices")
     parsed = {
@@ -246,6 +261,7 @@ def _parse_gpu(index, gpu):
         "mig_mode_current": parse_enabled(text_value(gpu, "mig_mode/current_mig")),
         "mig_mode_pending": parse_enabled(text_value(gpu, "mig_mode/pending_mig")),
         "mig_device_count": 0 if mig_devices is None else len(mig_devices.findall("mig_device")),
+        "mig_devices": _parse_mig_devices(gpu),
         "fabric_state": text_value(gpu, "fabric/state"),
         "fabric_status": text_value(gpu, "fabric/status"),
         "performance_state": text_value(gpu, "performance_state"),

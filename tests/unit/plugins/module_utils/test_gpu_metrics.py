@@ -122,6 +122,20 @@ def test_pci_count_next_to_the_gpus_that_answer(tmp_path):
     assert value(families, "nvidia_gpus_answering") == 2
 
 
+def test_each_mig_device_is_a_series_of_its_gpu_with_its_instance_ids(tmp_path):
+    """GPU 0 of the HGX H100 report has MIG on and two MIG devices (GPU instances 1 and 2, compute instance 0 each);
+    GPU 1, MIG pending, has none."""
+    families, _text, _problems = run(tmp_path, cat(FIXTURES / "hgx_h100_2x_h100_80gb_hbm3_mig.xml"))
+    assert value(families, "nvidia_gpu_mig_devices", gpu="0") == 2 and value(families, "nvidia_gpu_mig_devices", gpu="1") == 0
+    for device, instance in (("0", "1"), ("1", "2")):
+        labels = {"gpu": "0", "uuid": "GPU-3c8e1f4a-9b2d-6e7f-a1c3-5d4b8e2f0a19", "mig_device": device,
+                  "gpu_instance_id": instance, "compute_instance_id": "0"}
+        assert value(families, "nvidia_gpu_mig_memory_total_bytes", **labels) == 40448 * 2 ** 20
+        assert value(families, "nvidia_gpu_mig_memory_used_bytes", **labels) == 16 * 2 ** 20
+        assert value(families, "nvidia_gpu_mig_multiprocessors", **labels) == 60
+    assert {labels["gpu"] for labels, _sample in families["nvidia_gpu_mig_memory_used_bytes"]["samples"]} == {"0"}
+
+
 def test_driver_flavor_from_the_loaded_module(tmp_path):
     proc = tmp_path / "proc"
     (proc / "driver" / "nvidia").mkdir(parents=True)
@@ -299,7 +313,7 @@ def test_eight_gpus_cost_well_under_the_cpu_target(tmp_path):
 def test_the_metric_names_are_the_documented_ones():
     """Names the alert rules and the dashboard will use: a rename is a breaking change, so it shows here."""
     names = set(gpu_metrics._families())  # pylint: disable=protected-access
-    assert len(names) == 38
+    assert len(names) == 41
     assert {"dlinfra_fabric_expected_rate_bytes_per_second", "nvidia_smi_up", "nvidia_gpus_on_pci", "nvidia_gpus_answering", "nvidia_driver_info",
             "nvidia_xid_events_total", "nvidia_gpu_temperature_celsius", "nvidia_gpu_power_draw_watts",
             "nvidia_gpu_memory_used_bytes", "nvidia_gpu_ecc_volatile_errors_total",
