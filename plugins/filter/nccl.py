@@ -3,6 +3,7 @@
 """The nccl role's preflight problems and its validation's decisions: a thin wrapper over plugin_utils/_nccl."""
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.gpudirect import gpudirect_plan
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.preflight import preflight_problems
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.rdma import availability_problem
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.validate import run_problem, skip_reason
@@ -32,7 +33,13 @@ def nccl_rdma_availability_problem(madison_lines, host, versions):
     return availability_problem(host, madison_lines, dict(versions))
 
 
+def nccl_gpudirect_plan(setting, host, hca, driver_flavor, kernel_release, conf_extra=None):
+    """How GPUDirect RDMA is set up on the node (see plugin_utils/_nccl/gpudirect)."""
+    return gpudirect_plan(host, setting, hca, driver_flavor or None, kernel_release, conf_extra)
+
+
 class FilterModule:
     def filters(self):
         return {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason,
-                "nccl_run_problem": nccl_run_problem, "nccl_rdma_availability_problem": nccl_rdma_availability_problem}
+                "nccl_run_problem": nccl_run_problem, "nccl_rdma_availability_problem": nccl_rdma_availability_problem,
+                "nccl_gpudirect_plan": nccl_gpudirect_plan}

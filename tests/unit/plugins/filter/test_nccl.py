@@ -6,7 +6,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import (
-    FilterModule, nccl_problems, nccl_rdma_availability_problem, nccl_run_problem, nccl_skip_reason)
+    FilterModule, nccl_gpudirect_plan, nccl_problems, nccl_rdma_availability_problem, nccl_run_problem, nccl_skip_reason)
 
 SETTINGS = {
     "distribution": "Debian", "major_version": "13", "releases": ["12", "13"], "default_source": "distribution",
@@ -20,7 +20,13 @@ SETTINGS = {
 def test_the_filter_is_exposed():
     assert FilterModule().filters() == {"nccl_problems": nccl_problems, "nccl_skip_reason": nccl_skip_reason,
                                         "nccl_run_problem": nccl_run_problem,
-                                        "nccl_rdma_availability_problem": nccl_rdma_availability_problem}
+                                        "nccl_rdma_availability_problem": nccl_rdma_availability_problem,
+                                        "nccl_gpudirect_plan": nccl_gpudirect_plan}
+
+
+def test_the_gpudirect_plan_takes_an_empty_flavor_as_no_planned_driver():
+    assert nccl_gpudirect_plan("auto", "gpu1", True, "", "6.12.0")["note"].startswith("no GPUDirect RDMA yet")
+    assert nccl_gpudirect_plan(True, "gpu1", True, "open", "6.12.0")["method"] == "dmabuf"
 
 
 def test_the_filter_returns_the_lines():
