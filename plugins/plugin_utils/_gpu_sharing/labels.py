@@ -41,7 +41,8 @@ def label_value(text):
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def _sharing(gpus):
+def sharing_kind(gpus):
+    """dlinfra.io/gpu.sharing's value for a node's resolved GPU settings: none, mig or time-sliced."""
     modes = {gpu["mode"] for gpu in gpus}
     return "time-sliced" if "time_slicing" in modes else "mig" if "mig" in modes else "none"
 
@@ -58,7 +59,7 @@ def node_labels(gpus, facts):
         return {}
     first = gpus[0]
     strategy = mig_strategy(gpus)
-    sharing = _sharing(gpus)
+    sharing = sharing_kind(gpus)
     product = label_value(first["name"])
     if sharing == "time-sliced":
         product += "-SHARED"

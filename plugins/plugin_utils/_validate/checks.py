@@ -192,8 +192,32 @@ def _replicas(labels):
     return int(replicas)
 
 
-def k8s_checks(host, raw, head, head_raw, gpu_count):
-    """Checks of host in its cluster's Kubernetes, read from the cluster's first head (head, head_raw)."""
+def _declared_resources_check(name, labels, node_allocatable, declared):
+    """k8s.gpu_resources against the node's declared sharing: (resources {name: count}, sharing kind)."""
+    resources, kind = declared
+    label = labels.get("nvidia.com/gpu.present")
+    have = {key: int(value) for key, value in node_allocatable.items()
+            if key == "nvidia.com/gpu" or key.startswith("nvidia.com/mig-")}
+    wanted = ", ".join("%d %s" % (count, key) for key, count in sorted(resources.items()))
+    shown = ", ".join("%d %s" % (count, key) for key, count in sorted(have.items())) or "no GPU resource"
+    problems = []
+    if label != "true":
+        problems.append("nvidia.com/gpu.present=%s" % label)
+    if {key: count for key, count in have.items() if count} != resources:
+        problems.append("%s allocatable where the declared sharing gives %s" % (shown, wanted))
+    if labels.get("dlinfra.io/gpu.sharing", kind) != kind:
+        problems.append("labelled dlinfra.io/gpu.sharing=%s where the declaration says %s"
+                        % (labels["dlinfra.io/gpu.sharing"], kind))
+    if problems:
+        return check(name, "fail", "%s; run site.yml (microk8s) to relabel the node and give its device plugin the "
+                     "declared config, then look at the plugin's pod on it" % "; ".join(problems), wanted, shown)
+    return check(name, "pass", "labelled and %s allocatable, as the declared sharing (%s) gives" % (shown, kind),
+                 wanted, shown)
+
+
+def k8s_checks(host, raw, head, head_raw, gpu_count, declared=None):
+    """Checks of host in its cluster's Kubernetes, read from the cluster's first head (head, head_raw). declared: the
+    node's declared sharing (validate_sharing.declared_resources), None to read it from the node's labels."""
     names = ("k8s.node_ready", "k8s.gpu_resources", "k8s.device_plugin", "k8s.gpu_job")
     if head is None:
         return [check(name, "skip", "no host of the head group in this node's cluster") for name in names]
@@ -214,6 +238,9 @@ def k8s_checks(host, raw, head, head_raw, gpu_count):
     if not raw["gpu_node"]:
         return checks + [check(name, "skip", "not a GPU node") for name in names[1:]]
     labels = node["metadata"].get("labels", {})
+    if declared:
+        checks.append(_declared_resources_check(names[1], labels, node["status"].get("allocatable", {}), declared))
+        return checks + _plugin_and_job_checks(names, host, node, pods, head, head_raw, raw)
     allocatable = int(node["status"].get("allocatable", {}).get("nvidia.com/gpu", 0))
     label = labels.get("nvidia.com/gpu.present")
     # A time-sliced node (the microk8s role's labels) advertises each GPU once per replica.
@@ -227,6 +254,12 @@ def k8s_checks(host, raw, head, head_raw, gpu_count):
                         "device plugin's pod on it" % (label, allocatable, expected, shared or
                                                        " (%d GPU(s) on the node)" % gpu_count),
                         "%d allocatable" % expected, "%d allocatable" % allocatable))
+    return checks + _plugin_and_job_checks(names, host, node, pods, head, head_raw, raw)
+
+
+def _plugin_and_job_checks(names, host, node, pods, head, head_raw, raw):
+    """k8s.device_plugin and k8s.gpu_job of a GPU node."""
+    checks = []
     if pods is None:
         checks.append(check(names[2], "fail", "the head %s did not answer kubectl get pods -A" % head))
     else:
@@ -462,7 +495,8 @@ def evaluate(nodes, plans, gpu_models, inventory, generated):
                      "status": bw_checks[1]["status"], "reason": multi[1]})
             report["measurements"]["gpus"].append({"node": host, "cluster": raw["cluster"], "rack": raw["rack"],
                                                    "count": gpu_count, "model": model})
-        checks += k8s_checks(host, raw, head, nodes.get(head), gpu_count)
+        checks += k8s_checks(host, raw, head, nodes.get(head), gpu_count, validate_sharing.declared_resources(
+            host, gpu, raw["expected"].get("gpu_sharing_layout")) if raw["gpu_node"] else None)
         checks.append(validate_monitoring.monitoring_check(
             host, raw, scraped, answering, gpu.get("driver_state") == "ok" and gpu_count > 0 if gpu else None,
             raw["expected"].get("prometheus_port", 9090), raw["expected"].get("prometheus_window", "1m"),

@@ -9,6 +9,8 @@ nvidia.com/gpu gets no whole GPU. A GPU declared with a MIG layout must have MIG
 devices as the layout has instances.
 """
 
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import allocatable
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import sharing_kind
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import node_gpus, resolve
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.result import check
 
@@ -86,6 +88,17 @@ def declared_layout(host, facts, rules):
     """The node's declared layout as text for the report (None where it has no GPUs or the declaration is wrong)."""
     resolved = resolve(host, facts or {}, rules, VARIABLE)
     return layout_text(resolved["gpus"])
+
+
+def declared_resources(host, facts, rules):
+    """(the device plugin's resources {name: count}, dlinfra.io/gpu.sharing's value) the declaration gives the node;
+    None where nothing is declared (rules empty: k8s.gpu_resources reads the node's own labels) or it is wrong."""
+    if not rules:
+        return None
+    resolved = resolve(host, facts or {}, rules, VARIABLE)
+    if resolved["problems"] or not resolved["gpus"]:
+        return None
+    return allocatable(resolved["gpus"]), sharing_kind(resolved["gpus"])
 
 
 def sharing_check(host, facts, rules, unusable):

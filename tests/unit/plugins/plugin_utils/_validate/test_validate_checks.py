@@ -275,3 +275,46 @@ def test_a_time_sliced_node_is_expected_to_advertise_each_gpu_once_per_replica()
     assert failing(report) == {("sim-gpu1", "k8s.gpu_resources")}
     item = next(c for c in report["checks"] if (c["node"], c["check"]) == ("sim-gpu1", "k8s.gpu_resources"))
     assert (item["expected"], item["measured"]) == ("4 allocatable", "1 allocatable")
+
+
+def declared(nodes, rules):
+    for host in ("sim-gpu1", "sim-gpu2"):
+        nodes[host]["expected"]["gpu_sharing_layout"] = rules
+
+
+def gpu_resources(report):
+    return next(c for c in report["checks"] if (c["node"], c["check"]) == ("sim-gpu1", "k8s.gpu_resources"))
+
+
+def test_a_declared_time_slicing_is_what_the_node_must_advertise_and_be_labelled():
+    nodes = copy.deepcopy(RAW)
+    declared(nodes, [{"mode": "time_slicing", "replicas": 4}])
+    time_sliced(nodes, 4)
+    item = gpu_resources(evaluate(nodes))
+    assert item["status"] == "pass", item
+    assert item["message"] == "labelled and 4 nvidia.com/gpu allocatable, as the declared sharing (time-sliced) gives"
+    time_sliced(nodes, 1)
+    item = gpu_resources(evaluate(nodes))
+    assert (item["status"], item["expected"], item["measured"]) == ("fail", "4 nvidia.com/gpu", "1 nvidia.com/gpu")
+    assert item["message"].startswith("1 nvidia.com/gpu allocatable where the declared sharing gives 4 nvidia.com/gpu; "
+                                      "run site.yml (microk8s)")
+
+
+def test_a_node_labelled_whole_where_time_slicing_is_declared_fails_on_its_label():
+    nodes = copy.deepcopy(RAW)
+    declared(nodes, [{"mode": "time_slicing", "replicas": 4}])
+    time_sliced(nodes, 4)
+    listing = json.loads(nodes["sim-head"]["kubectl"][0]["stdout"])
+    node = next(n for n in listing["items"] if n["metadata"]["name"] == "sim-gpu1")
+    node["metadata"]["labels"]["dlinfra.io/gpu.sharing"] = "none"
+    nodes["sim-head"]["kubectl"][0]["stdout"] = json.dumps(listing)
+    item = gpu_resources(evaluate(nodes))
+    assert item["status"] == "fail"
+    assert "labelled dlinfra.io/gpu.sharing=none where the declaration says time-sliced" in item["message"]
+
+
+def test_without_a_declaration_the_labels_say_what_to_expect():
+    nodes = copy.deepcopy(RAW)
+    declared(nodes, [])
+    time_sliced(nodes, 4)
+    assert "time-sliced 4 ways" in gpu_resources(evaluate(nodes))["message"]

@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import parse_nvidia_smi_xml
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._validate.sharing import (
-    declared_layout, layout_text, sharing_check)
+    declared_layout, declared_resources, layout_text, sharing_check)
 
 H200 = json.loads((pathlib.Path(__file__).parent / "fixtures" / "nvidia_gpu_facts_h200_580.json").read_text())
 
@@ -106,3 +106,14 @@ def test_an_hgx_h100_report_with_mig_on_one_gpu_and_pending_on_the_other():
     assert "GPU 0" not in found["message"]
     both = sharing_check("hgx1", hgx, [{"mode": "mig", "layout": {"3g.40gb": 2}}], None)
     assert both["status"] == "fail" and both["message"].startswith("GPU 1 (NVIDIA H100 80GB HBM3) is declared MIG 2x3g.40gb")
+
+
+def test_the_declared_resources_are_the_device_plugins_for_the_layout():
+    xml = (pathlib.Path(__file__).parents[2] / "module_utils" / "fixtures" / "nvidia_smi" /
+           "hgx_h100_2x_h100_80gb_hbm3_mig.xml").read_text()
+    hgx = dict(parse_nvidia_smi_xml(xml), driver_state="ok", pci_gpus=[])
+    assert declared_resources("hgx1", hgx, [{"indexes": [0], "mode": "mig", "layout": {"3g.40gb": 2}}]) == (
+        {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 2}, "mig")
+    assert declared_resources("hgx1", hgx, [{"mode": "time_slicing", "replicas": 3}]) == ({"nvidia.com/gpu": 6}, "time-sliced")
+    assert declared_resources("hgx1", hgx, []) is None  # nothing declared: the node's labels say
+    assert declared_resources("hgx1", hgx, [{"mode": "time_slicing", "replicas": 0}]) is None  # gpu.sharing says why
