@@ -44,10 +44,11 @@ def gpudirect_plan(host, setting, hca, driver_flavor, kernel_release, conf_extra
     """
     setting = str(setting).lower()
     conf_extra = dict(conf_extra or {})
+    where = "%s: " % host if host else ""  # the nccl role's preflight names the host in its own first line
     plan = {"method": None, "load_peermem": False, "conf": {}, "note": "", "problems": []}
     if setting not in CHOICES:
-        plan["problems"].append("%s: nccl_gpudirect=%r is none of auto, true and false; set auto (GPUDirect RDMA where "
-                                "the node has an HCA and a driver), true (and stop where it cannot) or false" % (host, setting))
+        plan["problems"].append("%snccl_gpudirect=%r is none of auto, true and false; set auto (GPUDirect RDMA where "
+                                "the node has an HCA and a driver), true (and stop where it cannot) or false" % (where, setting))
         return plan
     if not hca:
         plan["conf"] = {key: None for key in NET_GDR_KEYS if key in conf_extra}
@@ -55,25 +56,25 @@ def gpudirect_plan(host, setting, hca, driver_flavor, kernel_release, conf_extra
         if plan["conf"]:
             plan["note"] += " (%s left out of nccl.conf)" % ", ".join(sorted(plan["conf"]))
         if setting == "true":
-            plan["problems"].append("%s: nccl_gpudirect is true but the node has no RDMA device (HCA), which "
+            plan["problems"].append("%snccl_gpudirect is true but the node has no RDMA device (HCA), which "
                                     "GPUDirect RDMA goes through; set nccl_gpudirect: auto for nodes without one"
-                                    % host)
+                                    % where)
         return plan
     if setting == "false":
         given = str(conf_extra.get("NCCL_NET_GDR_LEVEL", OFF_LEVEL))
         if given.upper() != OFF_LEVEL:
-            plan["problems"].append("%s: nccl_gpudirect is false but nccl_conf_extra sets NCCL_NET_GDR_LEVEL=%s, which "
-                                    "asks NCCL to use it; remove that key, or set nccl_gpudirect: auto" % (host, given))
+            plan["problems"].append("%snccl_gpudirect is false but nccl_conf_extra sets NCCL_NET_GDR_LEVEL=%s, which "
+                                    "asks NCCL to use it; remove that key, or set nccl_gpudirect: auto" % (where, given))
         plan["conf"] = {"NCCL_NET_GDR_LEVEL": OFF_LEVEL}
         plan["note"] = "GPUDirect RDMA off (nccl_gpudirect: false): NCCL_NET_GDR_LEVEL=%s, nvidia-peermem not loaded" % OFF_LEVEL
         return plan
     if driver_flavor not in ("open", "proprietary"):
         plan["note"] = "no GPUDirect RDMA yet: the nvidia_driver role planned no driver for this node"
         if setting == "true":
-            plan["problems"].append("%s: nccl_gpudirect is true but the nvidia_driver role planned no driver for "
+            plan["problems"].append("%snccl_gpudirect is true but the nvidia_driver role planned no driver for "
                                     "this node (no gpu_cluster_driver_plan_file), and GPUDirect RDMA goes through the "
                                     "driver; run the nvidia_driver role first (site.yml does), or set nccl_gpudirect: "
-                                    "auto" % host)
+                                    "auto" % where)
         return plan
     kernel = _kernel(kernel_release)
     if driver_flavor == "open" and kernel and kernel >= DMABUF_MIN_KERNEL:

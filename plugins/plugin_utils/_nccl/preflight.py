@@ -9,10 +9,12 @@ them: a pattern is matched against the value as text.
 
 import re
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._common.role_inputs import check_keys, joined
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl.gpudirect import gpudirect_plan
 
 SETTINGS = ("distribution", "major_version", "releases", "default_source", "distribution_cuda", "source", "version",
             "cuda_version", "conf_extra", "conf", "tests_install", "tests_sha256", "tests_src", "tests_url", "tests_nvcc",
-            "tests_mpi", "validate", "validate_multinode", "package_manager", "rdma", "rdma_wanted", "rdma_versions")
+            "tests_mpi", "validate", "validate_multinode", "package_manager", "rdma", "rdma_wanted", "rdma_versions",
+            "gpudirect", "driver_flavor", "kernel_release")
 FOUND = ("nvcc_exists", "hca_count")
 RDMA_CHOICES = ("auto", "true", "false")
 
@@ -37,7 +39,9 @@ def preflight_problems(settings, found):
     (nccl_tests_*), tests_url (the URL of the nccl-tests archive), tests_nvcc (the path of CUDA's compiler), tests_mpi,
     validate and validate_multinode (nccl_tests_mpi, nccl_validate, nccl_validate_multinode), package_manager (apt or
     dnf), rdma (nccl_rdma), rdma_wanted (whether this node gets the RDMA userspace) and rdma_versions ({rdma_core,
-    perftest}: the versions it would get, '' where neither the variable nor the release gives one).
+    perftest}: the versions it would get, '' where neither the variable nor the release gives one); gpudirect
+    (nccl_gpudirect), driver_flavor (the nvidia_driver role's plan, '' for none) and kernel_release, for
+    gpudirect.gpudirect_plan's problems (left out: not checked).
     found: nvcc_exists (whether tests_nvcc exists on the host; read only where nccl-tests are built), hca_count (the
     node's RDMA devices, rdma_fabric_facts).
     """
@@ -89,6 +93,11 @@ def preflight_problems(settings, found):
         problems.append("nccl_validate_multinode is true but nccl_tests_mpi is false: a binary built without MPI runs one "
                         "independent test per node under mpirun; set nccl_tests_mpi: true")
     problems.extend(_rdma_problems(settings, found, platform))
+    if "gpudirect" in settings:
+        problems.extend(gpudirect_plan(settings.get("host", ""), settings["gpudirect"],
+                                       settings.get("rdma_wanted") in (True, "True", "true"),
+                                       settings.get("driver_flavor") or None, settings.get("kernel_release"),
+                                       settings.get("conf_extra"))["problems"])
     return problems
 
 

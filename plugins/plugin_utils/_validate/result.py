@@ -37,3 +37,13 @@ def consistency(name, what, host, measured, versions):
                      % (what, measured, ", ".join(others)), "the same on every node", measured)
     return check(name, "pass", "%s %s on all %d node(s) of the cluster that have one" % (what, measured, len(known)),
                  measured, measured)
+
+
+def gpu_reason(raw):
+    """Why GPU exercises cannot run here, or None when the GPUs answer."""
+    gpu = raw.get("gpu") or {}
+    if gpu.get("driver_state") == "ok" and gpu.get("gpu_count"):
+        return None
+    if gpu.get("driver_state") == "no_gpu" or not gpu.get("gpu_count"):
+        return "no NVIDIA GPU on this node"
+    return "the driver does not answer (%s)" % gpu.get("driver_state")

@@ -112,6 +112,10 @@ ALLOWED = {
     ("roles/microk8s/vars/main.yml", "", "__microk8s_view_reads"): ASSEMBLES,
     ("roles/microk8s/vars/main.yml", "", "__microk8s_managed_paths"): ASSEMBLES,
     ("roles/nccl/vars/main.yml", "", "__nccl_tests_make_vars"): ASSEMBLES,
+    ("roles/nccl/vars/main.yml", "", "__nccl_conf"): ASSEMBLES,
+    ("roles/nccl/tasks/record.yml", "Record the packages, their pins and holds, nccl.conf and the driver plan the CUDA "
+     "match read", "paths"): ASSEMBLES,
+    ("roles/nccl/tasks/gpudirect.yml", "Stop, naming the module and the fix", "msg"): FORMATS_MESSAGE,
     ("roles/nvidia_container_toolkit/tasks/preflight.yml", "Check that the package repositories answer",
      "__nvidia_container_toolkit_sources"): ASSEMBLES,
     ("roles/nvidia_container_toolkit/vars/main.yml", "", "__nvidia_container_toolkit_engine_install"): ASSEMBLES,

@@ -22,6 +22,8 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.filter.nccl import nccl_ski
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._nccl import preflight as nccl_preflight
 from role_vars import defaults, load, platform_file, trust
 
+pytestmark = pytest.mark.usefixtures("ansible_plugin_loader")  # nccl.conf asks the gpudirect plan filter
+
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "nccl"
 
 PLATFORMS = {

@@ -15,6 +15,7 @@ DEBIAN13 = {
     "conf": [], "tests_install": False, "tests_sha256": "", "tests_src": "", "tests_url": URL, "tests_nvcc": "/usr/bin/nvcc",
     "tests_mpi": False, "validate": False, "validate_multinode": False, "package_manager": "apt", "rdma": "auto",
     "rdma_wanted": False, "rdma_versions": {"rdma_core": "56.1-1", "perftest": "25.01.0+0.80-1"},
+    "gpudirect": "auto", "driver_flavor": "", "kernel_release": "6.12.48+deb13-amd64",
 }
 UBUNTU24 = dict(DEBIAN13, distribution="Ubuntu", major_version="24", releases=["22", "24"], default_source="cuda",
                 distribution_cuda="", source="cuda", cuda_version="12.6", tests_nvcc="/usr/local/cuda/bin/nvcc")
@@ -177,3 +178,12 @@ def test_rdma_wanted_with_dnf_says_to_install_it_yourself():
     assert problems(rdma="true", rdma_wanted=True, package_manager="dnf", distribution="Rocky", major_version="9") == [
         "nccl_rdma is true, but the role installs the RDMA userspace with apt only (Debian, Ubuntu), not on Rocky 9; "
         "install rdma-core, libibverbs-utils, infiniband-diags and perftest yourself and set nccl_rdma: false"]
+
+
+def test_a_gpudirect_problem_is_one_line_of_the_list_without_the_host():
+    settings = dict(DEBIAN13, gpudirect="true", rdma_wanted=True)
+    assert preflight_problems(settings, {"nvcc_exists": True, "hca_count": 2}) == [
+        "nccl_gpudirect is true but the nvidia_driver role planned no driver for this node (no "
+        "gpu_cluster_driver_plan_file), and GPUDirect RDMA goes through the driver; run the nvidia_driver role first "
+        "(site.yml does), or set nccl_gpudirect: auto"]
+    assert preflight_problems(dict(settings, driver_flavor="open"), {"nvcc_exists": True, "hca_count": 2}) == []
