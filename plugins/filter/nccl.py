@@ -33,9 +33,9 @@ def nccl_rdma_availability_problem(madison_lines, host, versions):
     return availability_problem(host, madison_lines, dict(versions))
 
 
-def nccl_gpudirect_plan(setting, host, hca, driver_flavor, kernel_release, conf_extra=None):
+def nccl_gpudirect_plan(setting, hca, driver_flavor, kernel_release, conf_extra=None):
     """How GPUDirect RDMA is set up on the node (see plugin_utils/_nccl/gpudirect)."""
-    return gpudirect_plan(host, setting, hca, driver_flavor or None, kernel_release, conf_extra)
+    return gpudirect_plan(setting, hca, driver_flavor or None, kernel_release, conf_extra)
 
 
 class FilterModule:

@@ -33,22 +33,22 @@ def _kernel(release):
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def gpudirect_plan(host, setting, hca, driver_flavor, kernel_release, conf_extra=None):
+def gpudirect_plan(setting, hca, driver_flavor, kernel_release, conf_extra=None):
     """{"method", "load_peermem", "conf", "note", "problems"} for one node.
 
     setting: nccl_gpudirect (auto, true or false, as a string or a bool). hca: whether the node gets the RDMA userspace (it has an HCA, or nccl_rdma is true).
     driver_flavor: 'open', 'proprietary', or None where the nvidia_driver role planned no driver for the node.
     kernel_release: the running kernel's (uname -r). conf_extra: nccl_conf_extra, for what nccl.conf gets.
     method: 'dmabuf', 'peermem' or None. conf: nccl.conf's GDR entries for this node ({key: value}, None to leave a key
-    out). note: one line saying what the node gets and why.
+    out). note: one line saying what the node gets and why. problems: what the nccl role's preflight lists under
+    its line naming the host.
     """
     setting = str(setting).lower()
     conf_extra = dict(conf_extra or {})
-    where = "%s: " % host if host else ""  # the nccl role's preflight names the host in its own first line
     plan = {"method": None, "load_peermem": False, "conf": {}, "note": "", "problems": []}
     if setting not in CHOICES:
-        plan["problems"].append("%snccl_gpudirect=%r is none of auto, true and false; set auto (GPUDirect RDMA where "
-                                "the node has an HCA and a driver), true (and stop where it cannot) or false" % (where, setting))
+        plan["problems"].append("nccl_gpudirect=%r is none of auto, true and false; set auto (GPUDirect RDMA where "
+                                "the node has an HCA and a driver), true (and stop where it cannot) or false" % (setting,))
         return plan
     if not hca:
         plan["conf"] = {key: None for key in NET_GDR_KEYS if key in conf_extra}
@@ -56,25 +56,24 @@ def gpudirect_plan(host, setting, hca, driver_flavor, kernel_release, conf_extra
         if plan["conf"]:
             plan["note"] += " (%s left out of nccl.conf)" % ", ".join(sorted(plan["conf"]))
         if setting == "true":
-            plan["problems"].append("%snccl_gpudirect is true but the node has no RDMA device (HCA), which "
-                                    "GPUDirect RDMA goes through; set nccl_gpudirect: auto for nodes without one"
-                                    % where)
+            plan["problems"].append("nccl_gpudirect is true but the node has no RDMA device (HCA), which "
+                                    "GPUDirect RDMA goes through; set nccl_gpudirect: auto for nodes without one")
         return plan
     if setting == "false":
         given = str(conf_extra.get("NCCL_NET_GDR_LEVEL", OFF_LEVEL))
         if given.upper() != OFF_LEVEL:
-            plan["problems"].append("%snccl_gpudirect is false but nccl_conf_extra sets NCCL_NET_GDR_LEVEL=%s, which "
-                                    "asks NCCL to use it; remove that key, or set nccl_gpudirect: auto" % (where, given))
+            plan["problems"].append("nccl_gpudirect is false but nccl_conf_extra sets NCCL_NET_GDR_LEVEL=%s, which "
+                                    "asks NCCL to use it; remove that key, or set nccl_gpudirect: auto" % given)
         plan["conf"] = {"NCCL_NET_GDR_LEVEL": OFF_LEVEL}
         plan["note"] = "GPUDirect RDMA off (nccl_gpudirect: false): NCCL_NET_GDR_LEVEL=%s, nvidia-peermem not loaded" % OFF_LEVEL
         return plan
     if driver_flavor not in ("open", "proprietary"):
         plan["note"] = "no GPUDirect RDMA yet: the nvidia_driver role planned no driver for this node"
         if setting == "true":
-            plan["problems"].append("%snccl_gpudirect is true but the nvidia_driver role planned no driver for "
+            plan["problems"].append("nccl_gpudirect is true but the nvidia_driver role planned no driver for "
                                     "this node (no gpu_cluster_driver_plan_file), and GPUDirect RDMA goes through the "
                                     "driver; run the nvidia_driver role first (site.yml does), or set nccl_gpudirect: "
-                                    "auto" % where)
+                                    "auto")
         return plan
     kernel = _kernel(kernel_release)
     if driver_flavor == "open" and kernel and kernel >= DMABUF_MIN_KERNEL:

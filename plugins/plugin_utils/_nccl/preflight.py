@@ -94,7 +94,7 @@ def preflight_problems(settings, found):
                         "independent test per node under mpirun; set nccl_tests_mpi: true")
     problems.extend(_rdma_problems(settings, found, platform))
     if "gpudirect" in settings:
-        problems.extend(gpudirect_plan(settings.get("host", ""), settings["gpudirect"],
+        problems.extend(gpudirect_plan(settings["gpudirect"],
                                        settings.get("rdma_wanted") in (True, "True", "true"),
                                        settings.get("driver_flavor") or None, settings.get("kernel_release"),
                                        settings.get("conf_extra"))["problems"])

@@ -25,8 +25,8 @@ def test_the_filter_is_exposed():
 
 
 def test_the_gpudirect_plan_takes_an_empty_flavor_as_no_planned_driver():
-    assert nccl_gpudirect_plan("auto", "gpu1", True, "", "6.12.0")["note"].startswith("no GPUDirect RDMA yet")
-    assert nccl_gpudirect_plan(True, "gpu1", True, "open", "6.12.0")["method"] == "dmabuf"
+    assert nccl_gpudirect_plan("auto", True, "", "6.12.0")["note"].startswith("no GPUDirect RDMA yet")
+    assert nccl_gpudirect_plan(True, True, "open", "6.12.0")["method"] == "dmabuf"
 
 
 def test_the_filter_returns_the_lines():
