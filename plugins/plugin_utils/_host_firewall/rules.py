@@ -66,6 +66,8 @@ def _ssh_cut(settings, found, cluster, allowed):
     if len(fields) != 4:
         return None  # not seen (a become method that clears the environment): the rollback timer still guards
     client, port = fields[0], int(fields[3]) if fields[3].isdigit() else None
+    if client == "UNKNOWN":
+        return None  # sshd -i on a pipe (a ProxyCommand into the node's own namespace): nothing crosses the rules
     if port not in settings["ssh_ports"]:
         return ("host_firewall_ssh_ports (%s) lacks port %s, which the controller's own SSH connection uses: the rules "
                 "would cut it; add %s to host_firewall_ssh_ports" % (joined(settings["ssh_ports"]), port, port))

@@ -14,8 +14,7 @@
 #   5. with matplotlib installed on the controller as the README says, dlinfra.gpu_cluster.validate passes on the lab
 #      and writes its three files. The inventory (with its plans) is left in .cache/as-a-user/inventory.
 # The lab's inventory is inventories/sim, copied out of the clone: it stands in for the user's edited starter
-# inventory. Its transport (community.docker's docker connection) is the lab's, not the collection's dependency,
-# so it is installed on a separate collections path.
+# inventory. Its hosts are reached over SSH as a user's are (the far end: tests/harness/setup/container_ssh.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 repo=$PWD
@@ -39,7 +38,6 @@ step "build the collection"
 .venv/bin/ansible-galaxy collection build --force --output-path "$cache/dist" >/dev/null
 tarball=$(ls "$cache/dist"/dlinfra-gpu_cluster-*.tar.gz)
 mapfile -t deps < <(.venv/bin/python tests/harness/packaging/dependency_tarballs.py "$cache/deps")
-mapfile -t transport < <(.venv/bin/python tests/harness/packaging/dependency_tarballs.py "$cache/deps" community.docker)
 
 step "galaxy-importer (the checks Galaxy runs on upload)"
 # Its own empty HOME: a dlinfra.gpu_cluster installed earlier in ~/.ansible/collections would otherwise be what its
@@ -101,8 +99,6 @@ wait "$lab_pid" || { cat "$work/lab.log"; lab_pid=""; fail "tests/harness/lab/de
 lab_pid=""
 grep -v "lab removed" "$work/lab.log"
 cp -r "$repo/inventories/sim" inventories/sim
-ansible-galaxy collection install --offline -p "$work/transport" "${transport[@]}" >/dev/null
-export ANSIBLE_COLLECTIONS_PATH=$HOME/.ansible/collections:$work/transport
 # The copy's fixture paths point at what `demo.sh lab` left in the clone (inventories/sim/group_vars/all.yml).
 lab=(-i inventories/sim -e "demo_cache_dir=$repo/.cache/demo" -e "environment_fixture_dir=$repo/tests/fixtures/environments")
 

@@ -168,6 +168,7 @@ lab() {
 
   # The lab's dataset server, the stand-ins of vendor sites and the apt proxy on the store, then what the nodes' site
   # image holds (test fixtures, not part of site.yml). Air-gapped: first the nodes' DNS upstream and their snap files.
+  tests/harness/setup/ensure_ssh_key.sh  # the key the inventory's SSH connection to the containers uses
   local fixtures=(tests/fixtures/dataset_server.yml tests/fixtures/vendor_mirror.yml tests/fixtures/store_proxy.yml)
   [ "$airgap" = 0 ] || fixtures+=(tests/fixtures/airgap_store.yml)
   fixtures+=(tests/fixtures/lab_nodes.yml)

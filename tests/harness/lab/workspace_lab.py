@@ -78,10 +78,11 @@ def converge(name):
 
 
 def open_tunnel():
-    """sshd on the node (a real node has one; the lab's images do not), alice's key, and the tunnel from CLIENT with
-    the README's forwards, in the background: Jupyter and the desktop are then on CLIENT's loopback."""
+    """sshd on the node (a real node runs one; the lab's images have it switched off), alice's key, and the tunnel from
+    CLIENT with the README's forwards, in the background: Jupyter and the desktop are then on CLIENT's loopback."""
     install = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends %s >/dev/null"
-    sh(NODE, "command -v sshd >/dev/null || (%s && systemctl enable --now ssh >/dev/null 2>&1)" % (install % "openssh-server"))
+    sh(NODE, "systemctl is-active --quiet ssh || ((command -v sshd >/dev/null || %s) && systemctl enable --now ssh "
+             ">/dev/null 2>&1)" % (install % "openssh-server"))
     sh(CLIENT, "command -v ssh >/dev/null || %s" % (install % "openssh-client"))
     sh(CLIENT, "mkdir -p -m 700 /root/.ssh && test -f %s || ssh-keygen -q -t ed25519 -N '' -f %s" % (TUNNEL_KEY, TUNNEL_KEY))
     key = sh(CLIENT, "cat %s.pub" % TUNNEL_KEY).strip()

@@ -8,8 +8,10 @@ release=${1:?usage: build_image.sh bookworm|trixie}
 repo=dlinfra-test/debian
 # What a minimal Debian server install holds (no task selected) and nothing more: every role brings what it uses,
 # so a check-mode run and a converge on these images see what they would see on a freshly installed server.
-# iproute2 (priority important, on every installed server) gives Ansible its network facts.
-packages=python3,systemd,systemd-sysv,sudo,iproute2
+# iproute2 (priority important, on every installed server) gives Ansible its network facts. openssh-server (and its
+# sftp server) is what a server Ansible manages has; here it is off (ssh.service disabled, nothing listens) and serves only
+# the tests' connection, one `sshd -i` per connection started through Docker (container_ssh.sh says why).
+packages=python3,systemd,systemd-sysv,sudo,iproute2,openssh-server,openssh-sftp-server
 
 # The one addition to a minimal server, which no role sees: a cache of the code Python compiles from Ansible's module
 # payloads (image/dlinfra_zip_code_cache.py says why), loaded by a .pth file in the interpreter's local site directory.
@@ -45,6 +47,7 @@ rm -f "$root.log"
 
 # A container has no console to getty on, and machine-id must be unique per container.
 chroot "$root" systemctl mask getty@tty1.service serial-getty@ttyS0.service console-getty.service systemd-remount-fs.service >/dev/null 2>&1 || true
+chroot "$root" systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
 : >"$root/etc/machine-id"
 python=$(basename "$(ls -d "$root"/usr/lib/python3.[0-9]* | head -n1)")
 site_dir=$root/usr/local/lib/$python/dist-packages

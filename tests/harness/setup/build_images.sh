@@ -11,6 +11,9 @@ if ! command -v debootstrap >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q debootstrap >/dev/null
 fi
 
+# The key of the tests' SSH connection to the containers of these images (container_ssh.sh)
+"$here/ensure_ssh_key.sh"
+
 pids=()
 for release in bookworm trixie; do
   "$here/build_image.sh" "$release" &

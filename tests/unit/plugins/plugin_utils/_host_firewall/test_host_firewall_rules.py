@@ -68,6 +68,8 @@ def test_every_problem_is_reported_at_once():
     ({"ssh_sources": ["fd00:9::/64"]}, "fd00:9::5 50022 fd00::11 22", None),
     # Not seen (a become method that cleared the environment): the rollback timer guards instead.
     ({"ssh_sources": ["10.9.0.0/24"]}, "", None),
+    # sshd -i on a pipe (a ProxyCommand that enters the node's namespace): no packet crosses the rules.
+    ({"ssh_ports": [2222], "ssh_sources": ["10.9.0.0/24"]}, "UNKNOWN 65535 UNKNOWN 65535", None),
 ])
 def test_rules_that_would_cut_the_controllers_ssh_are_refused(given, ssh_connection, cut):
     problems = preflight_problems(settings(**given), found(ssh_connection=ssh_connection))
