@@ -65,17 +65,15 @@ def _ssh_cut(settings, found, cluster, allowed):
     fields = (found["ssh_connection"] or "").split()
     if len(fields) != 4:
         return None  # not seen (a become method that clears the environment): the rollback timer still guards
-    client, port = fields[0], int(fields[3]) if fields[3].isdigit() else None
-    if client == "UNKNOWN":
-        return None  # sshd -i on a pipe (a ProxyCommand into the node's own namespace): nothing crosses the rules
+    try:
+        address = ipaddress.ip_address(fields[0].split("%")[0])
+    except ValueError:
+        return None  # no IP peer (sshd -i on a pipe says UNKNOWN): the connection crosses no rule
+    port = int(fields[3]) if fields[3].isdigit() else None
     if port not in settings["ssh_ports"]:
         return ("host_firewall_ssh_ports (%s) lacks port %s, which the controller's own SSH connection uses: the rules "
                 "would cut it; add %s to host_firewall_ssh_ports" % (joined(settings["ssh_ports"]), port, port))
     if not settings["ssh_sources"]:
-        return None
-    try:
-        address = ipaddress.ip_address(client.split("%")[0])
-    except ValueError:
         return None
     sources = _networks(settings["ssh_sources"], "host_firewall_ssh_sources", [])
     if any(address in network for network in sources + cluster + allowed):
