@@ -47,6 +47,15 @@ def _in_place(gpu_instances, compute_instances, declared):
     return have == want and all(instance["instance_id"] in with_compute for instance in gpu_instances)
 
 
+def create_command(index, instances):
+    """The command that creates ``instances`` (profile_id, start) on GPU ``index``, each with its default compute
+    instance; None for none."""
+    if not instances:
+        return None
+    profiles = ",".join("%d:%d" % (instance["profile_id"], instance["start"]) for instance in instances)
+    return ["nvidia-smi", "mig", "-cgi", profiles, "-C", "-i", str(index)]
+
+
 def mig_apply_plan(gpus, declared, lgi_text, lci_text):
     """{"commands": [argv], "reset_required": [GPU index], "changed": [GPU index]}.
 
@@ -75,8 +84,7 @@ def mig_apply_plan(gpus, declared, lgi_text, lci_text):
         if bool(wanted) != mode_on:
             plan["reset_required"].append(index)
         elif wanted and not _in_place(own_gis, own_cis, wanted):
-            profiles = ",".join("%d:%d" % (instance["profile_id"], instance["start"]) for instance in wanted)
-            commands.append(["nvidia-smi", "mig", "-cgi", profiles, "-C", "-i", str(index)])
+            commands.append(create_command(index, wanted))
         if commands or index in plan["reset_required"]:
             plan["changed"].append(index)
         plan["commands"].extend(commands)

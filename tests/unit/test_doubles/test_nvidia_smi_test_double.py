@@ -1,0 +1,70 @@
+"""The nvidia-smi MIG test double keeps state as a GPU does and prints what the real commands print (the formats of
+tests/unit/plugins/module_utils/fixtures/mig, read by mig_state's parsers)."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.mig_state import (
+    parse_compute_instances, parse_gpu_instances)
+from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.nvidia_smi import parse_nvidia_smi_xml
+
+ROOT = pathlib.Path(__file__).parents[3]
+DOUBLE = ROOT / "tests" / "test_doubles" / "nvidia_smi" / "nvidia_smi_mig.py"
+H200 = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvidia_smi" / "h200_580_capture.xml"
+
+
+@pytest.fixture
+def smi(tmp_path):
+    (tmp_path / "state").mkdir()
+    shutil.copy(H200, tmp_path / "state" / "report.xml")
+    env = dict(os.environ, NVIDIA_SMI_DOUBLE_STATE_DIR=str(tmp_path / "state"),
+               NVIDIA_SMI_DOUBLE_RUN_DIR=str(tmp_path / "run"))
+
+    def run(*args):
+        done = subprocess.run([str(DOUBLE)] + list(args), env=env, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout
+    run.root = tmp_path
+    return run
+
+
+def test_mig_mode_instances_and_the_report(smi):
+    assert smi("mig", "-lgi") == (6, "No MIG-enabled devices found.\n")
+    code, out = smi("-i", "0", "-mig", "1")
+    assert code == 0 and out.startswith("Enabled MIG Mode for GPU 00000000:")
+    code, out = smi("mig", "-cgi", "9:4,14:0", "-C", "-i", "0")
+    assert code == 0 and "Successfully created GPU instance ID  1 on GPU  0 using profile MIG 3g.71gb (ID  9)" in out
+    assert [(i["profile"], i["start"], i["size"]) for i in parse_gpu_instances(smi("mig", "-lgi")[1])] == [
+        ("2g.35gb", 0, 2), ("3g.71gb", 4, 4)]
+    assert len(parse_compute_instances(smi("mig", "-lci")[1])) == 2
+    gpu = parse_nvidia_smi_xml(smi("-q", "-x")[1])["gpus"][0]
+    assert gpu["mig_mode_current"] and gpu["mig_device_count"] == 2
+    assert "|   0  MIG 1g.18gb          19     2/7" in smi("mig", "-lgip")[1]
+
+
+def test_what_the_gpu_refuses(smi):
+    assert smi("mig", "-cgi", "9", "-C")[0] != 0  # MIG off
+    smi("-mig", "1")
+    smi("mig", "-cgi", "0", "-C")
+    code, out = smi("mig", "-cgi", "19", "-C")
+    assert code != 0 and "Insufficient Resources" in out
+    code, out = smi("mig", "-dgi")
+    assert code != 0 and "In use by another client" in out  # compute instances first
+    assert smi("mig", "-cgi", "7g.999gb")[1].endswith("Invalid Argument\n")
+
+
+def test_a_held_gpu_keeps_its_mode_pending_until_a_boot_which_drops_the_instances(smi):
+    (smi.root / "state" / "clients").write_text("nvidia-persistenced\n")
+    code, out = smi("-mig", "1")
+    assert code == 0 and "pending enable state" in out
+    assert smi("-r", "-i", "0")[0] == 255
+    gpu = parse_nvidia_smi_xml(smi("-q", "-x")[1])["gpus"][0]
+    assert (gpu["mig_mode_current"], gpu["mig_mode_pending"]) == (False, True)
+    shutil.rmtree(smi.root / "run")  # a reboot empties /run
+    smi("mig", "-cgi", "19", "-C")
+    assert len(parse_gpu_instances(smi("mig", "-lgi")[1])) == 1
+    shutil.rmtree(smi.root / "run")
+    assert smi("mig", "-lgi") == (6, "No GPU instances found: Not Found\n")
