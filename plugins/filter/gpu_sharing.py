@@ -10,12 +10,24 @@ from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.d
     CONFIG_LABEL, allocatable, available_configs, device_plugin_config)
 from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.labels import (
     gpu_node_labels, label_changes, node_labels)
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import VARIABLE, resolve
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import (
+    VARIABLE, in_place, mig_layout, resolve)
 
 
 def gpu_sharing_resolved(rules, facts, host, variable=VARIABLE):
     """{"gpus": [each GPU's setting], "problems": [...]} (see plugin_utils/_gpu_sharing/resolve)."""
     return resolve(str(host), dict(facts or {}), rules, str(variable))
+
+
+def gpu_sharing_in_place(resolved, facts):
+    """The resolved sharing with MIG GPUs that lack their layout shown whole (see plugin_utils/_gpu_sharing/resolve)."""
+    return in_place(dict(resolved or {}), dict(facts or {}))
+
+
+def gpu_sharing_mig_layout(resolved):
+    """{GPU index: instances} for the nvidia_mig module (see plugin_utils/_gpu_sharing/resolve)."""
+    _gpus(resolved, "gpu_sharing_mig_layout")
+    return mig_layout(resolved)
 
 
 def _gpus(resolved, filter_name):
@@ -61,7 +73,8 @@ def gpu_sharing_device_plugin_configs(nodes_json, wanted):
 
 class FilterModule:
     def filters(self):
-        return {"gpu_sharing_resolved": gpu_sharing_resolved,
+        return {"gpu_sharing_resolved": gpu_sharing_resolved, "gpu_sharing_in_place": gpu_sharing_in_place,
+                "gpu_sharing_mig_layout": gpu_sharing_mig_layout,
                 "gpu_sharing_device_plugin_config": gpu_sharing_device_plugin_config,
                 "gpu_sharing_allocatable": gpu_sharing_allocatable, "gpu_sharing_labels": gpu_sharing_labels,
                 "gpu_sharing_node_labels": gpu_sharing_node_labels,

@@ -91,6 +91,16 @@ gpus:
   returned: always
   type: list
   elements: dict
+layout:
+  description: The node's instances as read before the run, in the form of O(layout) (a GPU with MIG mode off, or on
+    with no instance, is left out), which a rollback applies.
+  returned: always
+  type: dict
+reasons:
+  description: One line per GPU the run changes (or would change), as C(GPU 0 MIG off -> 3g.40gb@0, 3g.40gb@4).
+  returned: always
+  type: list
+  elements: str
 create_commands:
   description: The commands that create the declared instances on a GPU that has MIG mode on and none (after a boot),
     each an argv list.
@@ -167,6 +177,25 @@ def declared(module, gpus):
     return layout
 
 
+def current_layout(lgi, lci):
+    """The instances that have a compute instance, per GPU index, in the form of the layout option."""
+    with_compute = {(ci["gpu"], ci["gpu_instance_id"]) for ci in parse_compute_instances(lci)}
+    layout = {}
+    for gi in parse_gpu_instances(lgi):
+        if (gi["gpu"], gi["instance_id"]) in with_compute:
+            layout.setdefault(str(gi["gpu"]), []).append(
+                {"profile": gi["profile"], "profile_id": gi["profile_id"], "start": gi["start"]})
+    return {index: sorted(instances, key=lambda item: item["start"]) for index, instances in sorted(layout.items())}
+
+
+def reasons(before, after, changed):
+    """'GPU 0 MIG off -> 3g.40gb@0, 3g.40gb@4' for each changed GPU."""
+    def said(gpu):
+        return ", ".join(gpu["instances"]) if gpu["mig"] and gpu["instances"] else "MIG on" if gpu["mig"] else "MIG off"
+    return ["GPU %d %s -> %s" % (old["index"], said(old), said(new)) for old, new in zip(before, after)
+            if old["index"] in changed]
+
+
 def expected(gpus, layout):
     """What a run leaves: each GPU as ``shown`` gives it, from the layout."""
     return [{"index": gpu["index"], "mig": bool(layout.get(gpu["index"])), "mig_pending": bool(layout.get(gpu["index"])),
@@ -186,7 +215,8 @@ def main():
     before = shown(gpus, lgi, lci)
     plan = mig_apply_plan(gpus, layout, lgi, lci)
     result = dict(changed=bool(plan["changed"]), commands=[[smi.path] + argv[1:] for argv in plan["commands"]],
-                  reboot_required=False, pending=pending(gpus), gpus=before,
+                  reboot_required=False, pending=pending(gpus), gpus=before, layout=current_layout(lgi, lci),
+                  reasons=reasons(before, expected(gpus, layout), plan["changed"]),
                   create_commands=[[smi.path] + argv[1:] for argv in
                                    (create_command(index, layout[index]) for index in sorted(layout)) if argv])
     if plan["changed"] and module._diff:

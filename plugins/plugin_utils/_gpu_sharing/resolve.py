@@ -193,3 +193,27 @@ def resolve(host, facts, rules, variable=VARIABLE):
     settings = [_setting(gpu, chosen[gpu["index"]][0]) for gpu in gpus]
     problems = _node_problems(host, settings, variable)
     return {"gpus": [] if problems else settings, "problems": problems}
+
+
+def in_place(resolved, facts):
+    """``resolved`` with each GPU declared ``mig`` that does not have its layout yet shown ``whole``: its MIG mode is
+    not on, or it has not as many MIG devices as its declared instances (nvidia_gpu_facts' ``mig_mode_current`` and
+    ``mig_device_count``). Kubernetes is told of the instances that exist, never of declared ones: until the rolling
+    path applies the layout, the device plugin finds a whole GPU there."""
+    if resolved.get("problems"):
+        return resolved
+    found = {gpu["index"]: gpu for gpu in (facts or {}).get("gpus") or []}
+    gpus = []
+    for setting in resolved.get("gpus") or []:
+        gpu = found.get(setting["index"]) or {}
+        if setting["mode"] == "mig" and not (gpu.get("mig_mode_current")
+                                             and gpu.get("mig_device_count") == len(setting["instances"])):
+            setting = {key: value for key, value in setting.items() if key not in ("layout", "instances")}
+            setting["mode"] = "whole"
+        gpus.append(setting)
+    return dict(resolved, gpus=gpus)
+
+
+def mig_layout(resolved):
+    """{GPU index: its instances} of the GPUs declared ``mig``: what the nvidia_mig module's ``layout`` takes."""
+    return {str(gpu["index"]): gpu["instances"] for gpu in resolved.get("gpus") or [] if gpu["mode"] == "mig"}

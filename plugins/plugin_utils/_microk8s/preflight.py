@@ -70,10 +70,6 @@ def _sharing_problems(sharing, gpu_support):
     gpus = sharing.get("gpus") or []
     shared = ["GPU %s %s" % (gpu["index"], gpu["mode"]) for gpu in gpus if gpu["mode"] != "whole"]
     problems = []
-    if any(gpu["mode"] == "mig" for gpu in gpus):
-        problems.append("microk8s_gpu_sharing_layout asks for MIG (%s); the collection does not set MIG mode or make "
-                        "GPU instances yet, so Kubernetes would be told of instances that do not exist: use mode whole "
-                        "or time_slicing" % ", ".join(shared))
     if shared and gpu_support != "device_plugin":
         problems.append("microk8s_gpu_sharing_layout shares GPUs (%s), which this role configures in NVIDIA's device "
                         "plugin only; set microk8s_gpu_support=device_plugin (microk8s_gpu_support=%s)"

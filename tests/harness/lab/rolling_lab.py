@@ -27,6 +27,12 @@ and start time of each container.
      would be out (max_unavailable 1); the run stops naming sim-gpu2.
  11. a pod on sim-gpu1 that a PodDisruptionBudget protects (the double refuses its eviction): the drain fails, sim-gpu1
      is uncordoned unchanged, and the run stops naming the pod.
+ 12. a MIG layout declared for sim-gpu1 (3g.71gb x 2 on a test double of nvidia-smi that keeps MIG state over a real
+     H200's report, a client holding the GPU so that the new mode stays pending and the reset is refused), the cluster on
+     NVIDIA's device plugin: cordon -> drain -> MIG mode -> a real reboot -> the boot unit makes the instances -> the
+     microk8s role labels the node and gives it the mig-single config -> verify (the layout; the 2 MIG devices
+     allocatable as the MicroK8s double's device plugin advertises them) -> uncordon; sim-gpu2 and the head untouched. A
+     second run changes nothing.
 """
 import datetime
 import json
@@ -44,6 +50,8 @@ WORK = ROOT / ".cache" / "rolling"
 CALLS = "/srv/microk8s-test-double/calls.log"
 STATE_FILE = "/var/lib/dlinfra/rolling_upgrade.json"
 DOUBLE_DIR = "/usr/local/lib/dlinfra-rolling-test-double"
+MIG_DOUBLE = ROOT / "tests" / "test_doubles" / "nvidia_smi" / "nvidia_smi_mig.py"
+MIG_STATE = "/var/lib/nvidia-smi-test-double"  # the MIG double's state on the node (its mode survives a reboot)
 NODES = ("sim-gpu1", "sim-gpu2")
 HEAD = "sim-head"
 
@@ -182,6 +190,21 @@ def put(host, path, text):
     local.write_text(text)
     local.chmod(0o755)
     subprocess.run(["docker", "cp", str(local), "%s:%s" % (host, path)], check=True)
+
+
+def install_mig_double(host):
+    """TEST DOUBLE of nvidia-smi on the host that keeps MIG state (tests/test_doubles/nvidia_smi), over a real H200's
+    report; a client holds the GPU (a new MIG mode stays pending, a reset is refused); every call publishes the GPUs
+    where the MicroK8s double's device plugin reads them."""
+    sh(host, "mkdir -p %s /srv/microk8s-test-double/gpus && echo nvidia-persistenced > %s/clients && "
+             "echo /srv/microk8s-test-double/gpus/%s.json > %s/publish" % (MIG_STATE, MIG_STATE, host, MIG_STATE))
+    subprocess.run(["docker", "cp", str(FIXTURES / "h200_580_capture.xml"), "%s:%s/report.xml" % (host, MIG_STATE)],
+                   check=True)
+    put(host, "/usr/local/bin/nvidia-smi", MIG_DOUBLE.read_text())
+
+
+def mig_published(host):
+    return json.loads(sh(HEAD, "cat /srv/microk8s-test-double/gpus/%s.json" % host))["gpus"]
 
 
 def install_broken_release_double(version):
@@ -409,6 +432,52 @@ def main():
     if [toolkit(h) for h in NODES] != ["1.17.9-1"] * 2:
         fail("run 11-pdb: a toolkit changed")
     print("rolling-lab: the refused eviction stopped the run; sim-gpu1 back in service, unchanged")
+
+    step("12. a MIG layout for sim-gpu1: drain, MIG mode, a real reboot, the instances made at boot, Kubernetes told, verify")
+    set_pin("1.17.9")
+    (cluster_dir / "rolling_gpu_support.yml").write_text("microk8s_gpu_support: device_plugin\n")
+    (WORK / "inventory" / "host_vars").mkdir(exist_ok=True)
+    (WORK / "inventory" / "host_vars" / "sim-gpu1.yml").write_text(
+        "gpu_sharing_layout:\n  - mode: mig\n    layout: {\"3g.71gb\": 2}\n")
+    install_mig_double("sim-gpu1")
+    restarts_before = container("sim-gpu1")[0]
+    offset = calls_offset()
+    code, log = upgrade("12-mig")
+    calls = calls_since(offset)[0]
+    if code != 0:
+        fail("run 12-mig: exit %d; see %s" % (code, WORK / "12-mig.log"))
+    restarts, started = container("sim-gpu1")
+    if restarts != restarts_before + 1:
+        fail("run 12-mig: sim-gpu1 was not rebooted for its pending MIG mode (restarts %d -> %d)" % (restarts_before, restarts))
+    # What the nvidia-smi double was asked to change: the mode (pending: a client holds the GPU), a reset (refused), then
+    # after the reboot the instances, made by the boot unit.
+    changes = [json.loads(line) for line in sh("sim-gpu1", "cat %s/calls.log" % MIG_STATE).splitlines()]
+    wanted = [["-i", "0", "-mig"], ["-r", "-i", "0"], ["mig", "-cgi", "9:0,9:4"]]
+    if [call["argv"][:3] for call in changes] != wanted or not changes[1]["time"] < started < changes[2]["time"]:
+        fail("run 12-mig: the MIG commands on sim-gpu1 (the reboot at %.2f): %s" % (started, changes))
+    expect_path(calls, "sim-gpu1", changes[0]["time"], reboot_at=started)
+    if events(calls, "sim-gpu2", ("cordon", "drain", "uncordon")) or events(calls, HEAD, ("cordon", "drain", "uncordon")):
+        fail("run 12-mig: sim-gpu2 or the head was cordoned or drained")
+    if mig_published("sim-gpu1") != [{"index": 0, "mig": True, "mig_devices": ["3g.71gb", "3g.71gb"]}]:
+        fail("run 12-mig: sim-gpu1's GPU: %s" % mig_published("sim-gpu1"))
+    shown_unit = sh("sim-gpu1", "systemctl show -p UnitFileState -p ActiveState -p ExecMainStatus dlinfra-mig-layout.service")
+    unit = dict(line.split("=", 1) for line in shown_unit.split())
+    if unit != {"ExecMainStatus": "0", "ActiveState": "active", "UnitFileState": "enabled"}:
+        fail("run 12-mig: the boot unit ran at boot and is enabled: %s" % unit)
+    node = json.loads(sh(HEAD, "/snap/bin/microk8s kubectl get node sim-gpu1 -o json"))
+    labels, allocatable = node["metadata"]["labels"], node["status"]["allocatable"]
+    shown = (labels.get("dlinfra.io/gpu.sharing"), labels.get("nvidia.com/device-plugin.config"),
+             allocatable.get("nvidia.com/gpu"), bool(node.get("spec", {}).get("unschedulable")))
+    if shown != ("mig", "mig-single", "2", False):
+        fail("run 12-mig: sim-gpu1 in Kubernetes (sharing, config, nvidia.com/gpu, cordoned): %s" % (shown,))
+    if '"msg": "sim-gpu1: changed (MIG: GPU 0 MIG off -> 3g.71gb@0, 3g.71gb@4)"' not in " ".join(log.split()):
+        fail("run 12-mig: the summary does not say what changed on sim-gpu1; see %s" % (WORK / "12-mig.log"))
+    code, log = upgrade("12-mig-again")
+    changed = {host: counts.get("changed") for host, counts in recap(log).items()}
+    if code != 0 or any(changed.values()):
+        fail("run 12-mig-again: exit %d, changed per host %s" % (code, changed))
+    print("rolling-lab: sim-gpu1 took the path to 3g.71gb x 2 through a real reboot; the unit made the instances at boot; "
+          "Kubernetes shows 2 MIG devices; a second run changed nothing")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 

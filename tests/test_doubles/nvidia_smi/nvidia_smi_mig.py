@@ -16,6 +16,10 @@ instances do not (RUN_DIR, default /run/nvidia-smi-test-double, a tmpfs): a RUN_
 and a pending mode takes effect then. STATE_DIR/report.xml is the recorded report; STATE_DIR/clients, when present,
 names the processes that hold the GPUs (as nvidia-persistenced or DCGM would), so a mode change stays pending and a
 reset is refused. The environment variables NVIDIA_SMI_DOUBLE_STATE_DIR and NVIDIA_SMI_DOUBLE_RUN_DIR move the two.
+STATE_DIR/publish, when present, names a file where every call leaves the GPUs as NVIDIA's device plugin would find
+them (each GPU's index, MIG mode and its MIG devices' profiles): the microk8s test double reads it to advertise them.
+Every command that changes something (-mig, -r, mig -cgi/-dci/-dgi) is appended to STATE_DIR/calls.log, a JSON line
+with its time and arguments, the record the tests read.
 
 Profiles (ids, sizes, placements) of the two models it reports, from the MIG user guide's H100 and H200 tables.
 """
@@ -23,6 +27,7 @@ import json
 import os
 import re
 import sys
+import time
 from xml.etree import ElementTree
 
 STATE_DIR = os.environ.get("NVIDIA_SMI_DOUBLE_STATE_DIR", "/var/lib/nvidia-smi-test-double")
@@ -81,9 +86,23 @@ def load():
     return state
 
 
+def published(state):
+    """The GPUs as the device plugin finds them: MIG mode and the MIG devices (GPU instances with a compute one)."""
+    return {"gpus": [{"index": int(index), "mig": gpu["current"],
+                      "mig_devices": sorted(i["profile"] for i in state["instances"]
+                                            if i["gpu"] == int(index) and i["ci"] is not None)}
+                     for index, gpu in sorted(state["mode"].items(), key=lambda item: int(item[0]))]}
+
+
 def save(state):
-    for path, value in ((os.path.join(STATE_DIR, "mode.json"), state["mode"]),
-                        (os.path.join(RUN_DIR, "instances.json"), state["instances"])):
+    files = [(os.path.join(STATE_DIR, "mode.json"), state["mode"]),
+             (os.path.join(RUN_DIR, "instances.json"), state["instances"])]
+    try:
+        with open(os.path.join(STATE_DIR, "publish")) as handle:
+            files.append((handle.read().strip(), published(state)))
+    except FileNotFoundError:
+        pass
+    for path, value in files:
         with open(path + ".tmp", "w") as handle:
             json.dump(value, handle)
         os.replace(path + ".tmp", path)
@@ -280,7 +299,15 @@ def full_report(state, tree):
     sys.stdout.write(ElementTree.tostring(tree.getroot(), encoding="unicode") + "\n")
 
 
+def record_call(args):
+    if "-mig" in args or "-r" in args or args[:2] in (["mig", "-cgi"], ["mig", "-dci"], ["mig", "-dgi"]):
+        os.makedirs(STATE_DIR, exist_ok=True)
+        with open(os.path.join(STATE_DIR, "calls.log"), "a") as log:
+            log.write(json.dumps({"time": time.time(), "argv": args}) + "\n")
+
+
 def main(args):
+    record_call(args)
     tree = report()
     state = load()
     count = len(gpus_of(tree))

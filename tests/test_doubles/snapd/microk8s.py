@@ -28,7 +28,10 @@ GPUs on its PCI bus: under /srv/fake-sysfs, the tests' fake sysfs, when that exi
 mechanism serves the node: the nvidia addon enabled, or the device plugin DaemonSet whose nodeSelector the node's
 labels match, as the real device plugin advertises GPUs only where it runs. Where the DaemonSet mounts a ConfigMap
 of configs, the node's label nvidia.com/device-plugin.config names its own (else the DEFAULT_CONFIG of the plugin's
-config-manager): a time-slicing config advertises each GPU as many times as its replicas, as the plugin does.
+config-manager): a time-slicing config advertises each GPU as many times as its replicas, as the plugin does. A MIG
+config (flags.migStrategy single or mixed) advertises the node's MIG devices as the nvidia-smi test double left them in
+GPUS_DIR/<node>.json (tests/test_doubles/nvidia_smi): single, every MIG device as nvidia.com/gpu; mixed, each profile
+as nvidia.com/mig-<profile> and the GPUs without MIG as nvidia.com/gpu.
 
 `kubectl get pods` lists the device plugin's pods: one per node it serves (nvidia addon: namespace
 gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
@@ -58,6 +61,7 @@ SHARED = "/srv/microk8s-test-double"
 # The tests' fake sysfs (molecule/microk8s and the simulated lab make one on GPU nodes), else the host's own.
 SYSFS_ROOTS = ("/srv/fake-sysfs", "/sys")
 DEVICE_PLUGIN = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
+GPUS_DIR = SHARED + "/gpus"  # a node's GPUs as the nvidia-smi test double publishes them (MIG devices)
 STATE = SHARED + "/cluster.json"
 LOCAL = "/var/snap/microk8s/current"
 WORKER_LOCK = LOCAL + "/var/lock/clustered.lock"
@@ -480,23 +484,54 @@ def gpus_served(node, cluster):
     return 0
 
 
-def plugin_replicas(node, plugin, cluster):
-    """How many times the plugin advertises each GPU of the node: the time-slicing replicas of nvidia.com/gpu in the
-    config the node's label (or the config-manager's default) names in the plugin's ConfigMap; 1 without one."""
+def plugin_config(node, plugin, cluster):
+    """The config the node's label (or the config-manager's default) names in the plugin's ConfigMap; {} without one."""
     sys.path.insert(0, "/usr/local/lib/test-double/pyyaml.zip")
     import yaml  # pylint: disable=import-outside-toplevel
     spec = plugin["spec"]["template"]["spec"]
     maps = [volume["configMap"]["name"] for volume in spec.get("volumes") or [] if volume.get("configMap")]
     if not maps:
-        return 1
+        return {}
     configs = (cluster["objects"].get("ConfigMap/%s/%s" % (plugin["metadata"].get("namespace", "default"), maps[0]))
                or {}).get("data") or {}
     env = {item["name"]: item.get("value") for container in spec.get("initContainers") or []
            for item in container.get("env") or []}
     name = node["labels"].get(env.get("NODE_LABEL") or "nvidia.com/device-plugin.config") or env.get("DEFAULT_CONFIG")
-    config = yaml.safe_load(configs.get(name) or "") or {}
+    return yaml.safe_load(configs.get(name) or "") or {}
+
+
+def plugin_replicas(node, plugin, cluster):
+    """How many times the plugin advertises each GPU of the node: the time-slicing replicas of nvidia.com/gpu in its
+    config; 1 without one."""
+    config = plugin_config(node, plugin, cluster)
     resources = ((config.get("sharing") or {}).get("timeSlicing") or {}).get("resources") or []
     return next((int(r["replicas"]) for r in resources if r.get("name") == "nvidia.com/gpu"), 1)
+
+
+def mig_served(name, node, cluster):
+    """{resource: count} of a node whose plugin config has a MIG strategy, from its published GPUs; None otherwise
+    (no plugin there, no MIG strategy, nothing published)."""
+    plugin = cluster["objects"].get(DEVICE_PLUGIN)
+    if plugin is None or not gpus_served(node, cluster):
+        return None
+    strategy = (plugin_config(node, plugin, cluster).get("flags") or {}).get("migStrategy", "none")
+    try:
+        with open(os.path.join(GPUS_DIR, name + ".json")) as handle:
+            gpus = json.load(handle)["gpus"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if strategy not in ("single", "mixed"):
+        return None
+    counts = {}
+    for gpu in gpus:
+        if not gpu["mig"]:
+            if strategy == "mixed":
+                counts["nvidia.com/gpu"] = counts.get("nvidia.com/gpu", 0) + 1
+            continue
+        for profile in gpu["mig_devices"]:
+            resource = "nvidia.com/gpu" if strategy == "single" else "nvidia.com/mig-" + profile
+            counts[resource] = counts.get(resource, 0) + 1
+    return counts
 
 
 def node_object(name, node, cluster):
@@ -504,9 +539,11 @@ def node_object(name, node, cluster):
                    "reason": "KubeletReady" if node["ready"] else "NodeStatusUnknown",
                    "lastHeartbeatTime": node["created"], "lastTransitionTime": node["created"]}]
     resources = {"cpu": str(node.get("cpus", 1)), "memory": "%dKi" % node.get("memory_kib", 0), "pods": "110"}
-    gpus = gpus_served(node, cluster)
-    if gpus:
-        resources["nvidia.com/gpu"] = str(gpus)
+    mig = mig_served(name, node, cluster)
+    if mig is not None:
+        resources.update((resource, str(count)) for resource, count in mig.items() if count)
+    elif gpus_served(node, cluster):
+        resources["nvidia.com/gpu"] = str(gpus_served(node, cluster))
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": node["labels"], "creationTimestamp": node["created"],

@@ -142,7 +142,8 @@ ALLOWED = {
     ("roles/nvidia_driver/tasks/preflight.yml",
      "Plan each node's driver branch and kernel module flavour from its GPUs and its cluster's",
      "__nvidia_driver_plans"): PASSES_ARGUMENTS,
-    ("roles/rolling_upgrade/tasks/verify.yml", "The node is Ready with its GPUs allocatable", "fail_msg"): FORMATS_MESSAGE,
+    ("roles/rolling_upgrade/tasks/mig.yml", "Write the script that makes the instances again at boot",
+     "content"): FORMATS_SCRIPT,
 }
 
 

@@ -171,3 +171,31 @@ def test_the_node_label_names_its_config_and_time_slicing_multiplies_the_gpus(la
     state = plugin_with_configs(cluster(), {"whole": {"version": "v1", "flags": {"migStrategy": "none"}},
                                             "time-slicing-4": TIME_SLICED})
     assert double.gpus_served(node(2, **dict(labels, **{"nvidia.com/gpu.present": "true"})), state) == served
+
+
+MIG_CONFIGS = {"whole": {"version": "v1", "flags": {"migStrategy": "none"}},
+               "mig-single": {"version": "v1", "flags": {"migStrategy": "single"}},
+               "mig-mixed": {"version": "v1", "flags": {"migStrategy": "mixed"}}}
+
+
+@pytest.mark.parametrize("config, allocatable", [
+    ("mig-single", {"nvidia.com/gpu": "2"}),  # every MIG device as a GPU
+    ("mig-mixed", {"nvidia.com/mig-3g.71gb": "2", "nvidia.com/gpu": "1"}),  # each profile its own; the whole GPU
+    ("whole", {"nvidia.com/gpu": "2"}),  # no MIG strategy: the GPUs on PCI
+])
+def test_a_mig_config_advertises_the_mig_devices_the_nvidia_smi_double_published(
+        tmp_path, monkeypatch, config, allocatable):
+    monkeypatch.setattr(double, "GPUS_DIR", str(tmp_path))
+    (tmp_path / "gpu1.json").write_text(json.dumps({"gpus": [
+        {"index": 0, "mig": True, "mig_devices": ["3g.71gb", "3g.71gb"]}, {"index": 1, "mig": False, "mig_devices": []}]}))
+    state = plugin_with_configs(cluster(), MIG_CONFIGS)
+    the_node = full_node(2, **{"nvidia.com/gpu.present": "true", "nvidia.com/device-plugin.config": config})
+    resources = double.node_object("gpu1", the_node, state)["status"]["allocatable"]
+    assert {key: value for key, value in resources.items() if key.startswith("nvidia.com/")} == allocatable
+
+
+def test_a_mig_config_without_published_gpus_advertises_the_gpus_on_pci(tmp_path, monkeypatch):
+    monkeypatch.setattr(double, "GPUS_DIR", str(tmp_path))
+    state = plugin_with_configs(cluster(), MIG_CONFIGS)
+    the_node = full_node(2, **{"nvidia.com/gpu.present": "true", "nvidia.com/device-plugin.config": "mig-single"})
+    assert double.node_object("gpu1", the_node, state)["status"]["allocatable"]["nvidia.com/gpu"] == "2"

@@ -1,6 +1,7 @@
 """The nvidia-smi MIG test double keeps state as a GPU does and prints what the real commands print (the formats of
 tests/unit/plugins/module_utils/fixtures/mig, read by mig_state's parsers)."""
 
+import json
 import os
 import pathlib
 import shutil
@@ -68,3 +69,17 @@ def test_a_held_gpu_keeps_its_mode_pending_until_a_boot_which_drops_the_instance
     assert len(parse_gpu_instances(smi("mig", "-lgi")[1])) == 1
     shutil.rmtree(smi.root / "run")
     assert smi("mig", "-lgi") == (6, "No GPU instances found: Not Found\n")
+    calls = [json.loads(line)["argv"] for line in (smi.root / "state" / "calls.log").read_text().splitlines()]
+    assert calls == [["-mig", "1"], ["-r", "-i", "0"], ["mig", "-cgi", "19", "-C"]]  # what changes, in order
+
+
+def test_every_call_publishes_the_gpus_as_the_device_plugin_finds_them(smi):
+    publish = smi.root / "shared" / "sim-gpu1.json"
+    publish.parent.mkdir()
+    (smi.root / "state" / "publish").write_text(str(publish) + "\n")
+    smi("-mig", "1")
+    smi("mig", "-cgi", "9,9", "-C")
+    assert json.loads(publish.read_text()) == {"gpus": [{"index": 0, "mig": True, "mig_devices": ["3g.71gb", "3g.71gb"]}]}
+    shutil.rmtree(smi.root / "run")  # a reboot: the instances are gone once anything calls nvidia-smi
+    smi("mig", "-lgi")
+    assert json.loads(publish.read_text())["gpus"][0]["mig_devices"] == []

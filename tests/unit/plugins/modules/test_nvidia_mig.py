@@ -132,3 +132,13 @@ def test_bad_input_is_refused_before_any_change(h100x2, module_result, layout, m
 def test_a_command_the_gpu_refuses_stops_with_its_output(h100x2, module_result):
     result = apply(module_result, {"0": [{"profile": "3g.40gb", "profile_id": 9, "start": 2}]})
     assert result["failed"] and "Insufficient Resources" in result["msg"] and "-cgi 9:2" in result["msg"]
+
+
+def test_the_reasons_and_the_layout_a_rollback_applies(h100x2, module_result):
+    first = apply(module_result, {"0": H100_3G_X2}, check_mode=True)
+    assert first["reasons"] == ["GPU 0 MIG off -> 3g.40gb@0, 3g.40gb@4"] and first["layout"] == {}
+    apply(module_result, {"0": H100_3G_X2})
+    second = apply(module_result, {"0": H100_1G_X7[:1]}, check_mode=True)
+    assert second["reasons"] == ["GPU 0 3g.40gb@0, 3g.40gb@4 -> 1g.10gb@0"]
+    assert second["layout"] == {"0": H100_3G_X2}
+    assert not apply(module_result, second["layout"], check_mode=True)["changed"]

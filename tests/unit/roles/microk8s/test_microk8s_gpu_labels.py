@@ -63,3 +63,13 @@ def test_a_declaration_with_problems_is_an_input_too_naming_the_roles_variable()
 def test_the_nvidia_addon_labels_for_itself_and_a_node_without_gpus_gets_none():
     assert gpu_labels(__microk8s_gpu=H200) == {"nvidia.com/gpu.present": "true"}
     assert gpu_labels(microk8s_gpu_support="device_plugin") == {}
+
+
+def test_a_mig_layout_is_labelled_once_its_instances_exist():
+    declared = dict(PLUGIN, microk8s_gpu_sharing_layout=[{"mode": "mig", "layout": {"3g.71gb": 2}}])
+    before = gpu_labels(**declared)  # MIG off on the H200: whole until the rolling path makes the instances
+    assert before["dlinfra.io/gpu.sharing"] == "none" and before["nvidia.com/device-plugin.config"] == "whole"
+    in_place = dict(H200, gpus=[dict(H200["gpus"][0], mig_mode_current=True, mig_device_count=2)])
+    after = gpu_labels(**dict(declared, __microk8s_gpu=in_place))
+    assert after["dlinfra.io/gpu.sharing"] == "mig" and after["nvidia.com/device-plugin.config"] == "mig-single"
+    assert after["nvidia.com/mig-3g.71gb.count"] == "2"

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 import pytest
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import resolve
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.resolve import in_place, mig_layout, resolve
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -121,3 +121,22 @@ def test_each_problem_names_the_host_the_variable_and_the_fix(node_facts, rules,
 def test_every_problem_is_reported_at_once(node_facts):
     rules = [{"mode": "mps"}, {"mode": "time_slicing", "replicas": 1}, {"mode": "mig", "layout": {"1g.5gb": 1}}]
     assert len(resolve("n", node_facts(H100), rules)["problems"]) == 3
+
+
+def test_a_mig_gpu_shows_whole_until_its_layout_is_in_place(node_facts):
+    facts = node_facts(H100, H100)
+    rules = [{"mode": "mig", "layout": {"3g.40gb": 2}}]
+    resolved = resolve("n", facts, rules)
+    assert modes(in_place(resolved, facts)) == [(0, "whole", None), (1, "whole", None)]  # MIG off
+    facts["gpus"][0].update(mig_mode_current=True, mig_device_count=2)
+    facts["gpus"][1].update(mig_mode_current=True, mig_device_count=1)  # one instance missing
+    assert modes(in_place(resolved, facts)) == [(0, "mig", {"3g.40gb": 2}), (1, "whole", None)]
+    assert in_place(resolved, facts)["gpus"][1] == {key: value for key, value in resolved["gpus"][1].items()
+                                                    if key not in ("layout", "instances", "mode")} | {"mode": "whole"}
+
+
+def test_the_mig_layout_the_module_takes(node_facts):
+    resolved = resolve("n", node_facts(H100, H100), [{"indexes": [1], "mode": "mig", "layout": {"7g.80gb": 1}}])
+    assert mig_layout(resolved) == {"1": [{"profile": "7g.80gb", "profile_id": 0, "start": 0}]}
+    problems = {"gpus": [], "problems": ["n: gpu_sharing_layout[0]: ..."]}
+    assert in_place(problems, node_facts(H100)) == problems

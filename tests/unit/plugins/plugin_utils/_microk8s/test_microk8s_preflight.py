@@ -76,15 +76,20 @@ def test_good_settings_are_no_problem(settings):
                                                    "replicas from 2 to 64 (pods per GPU); got 1000"])},
                  "dgx01: microk8s_gpu_sharing_layout[0]: time_slicing needs replicas from 2 to 64 (pods per GPU); got "
                  "1000", id="the-declarations-own-problem"),
-    pytest.param({"gpu_sharing": sharing("mig", "whole")}, "microk8s_gpu_sharing_layout asks for MIG (GPU 0 mig); the "
-                 "collection does not set MIG mode or make GPU instances yet, so Kubernetes would be told of instances "
-                 "that do not exist: use mode whole or time_slicing", id="mig-not-yet"),
+    pytest.param({"gpu_sharing": sharing("mig", "whole"), "gpu_support": "nvidia_addon"}, "microk8s_gpu_sharing_layout "
+                 "shares GPUs (GPU 0 mig), which this role configures in NVIDIA's device plugin only; set "
+                 "microk8s_gpu_support=device_plugin (microk8s_gpu_support=nvidia_addon)", id="mig-without-plugin"),
     pytest.param({"gpu_sharing": sharing("time_slicing"), "gpu_support": "nvidia_addon"}, "microk8s_gpu_sharing_layout "
                  "shares GPUs (GPU 0 time_slicing), which this role configures in NVIDIA's device plugin only; set "
                  "microk8s_gpu_support=device_plugin (microk8s_gpu_support=nvidia_addon)", id="sharing-without-plugin"),
 ])
 def test_each_problem_word_for_word(settings, expected):
     assert problems(**settings) == [expected]
+
+
+def test_mig_with_the_device_plugin_is_accepted():
+    """The rolling path sets MIG mode and makes the instances; the role labels what the GPUs have (gpu_sharing_in_place)."""
+    assert problems(gpu_sharing=sharing("mig", "whole")) == []
 
 
 def test_every_problem_is_reported_at_once_in_order():
