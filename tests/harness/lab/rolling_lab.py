@@ -28,11 +28,13 @@ and start time of each container.
  11. a pod on sim-gpu1 that a PodDisruptionBudget protects (the double refuses its eviction): the drain fails, sim-gpu1
      is uncordoned unchanged, and the run stops naming the pod.
  12. a MIG layout declared for sim-gpu1 (3g.71gb x 2 on a test double of nvidia-smi that keeps MIG state over a real
-     H200's report, a client holding the GPU so that the new mode stays pending and the reset is refused), the cluster on
-     NVIDIA's device plugin: cordon -> drain -> MIG mode -> a real reboot -> the boot unit makes the instances -> the
-     microk8s role labels the node and gives it the mig-single config -> verify (the layout; the 2 MIG devices
-     allocatable as the MicroK8s double's device plugin advertises them) -> uncordon; sim-gpu2 and the head untouched. A
-     second run changes nothing.
+     H200's report, a client holding the GPU so that the new mode stays pending and the reset is refused): refused before
+     anything changes while the cluster runs the nvidia addon; then on NVIDIA's device plugin: cordon -> drain -> MIG
+     mode -> a real reboot -> the boot unit makes the instances -> the microk8s role labels the node and gives it the
+     mig-single config -> verify (the layout; the 2 MIG devices allocatable as the MicroK8s double's device plugin
+     advertises them) -> uncordon; sim-gpu2 and the head untouched. A second run changes nothing.
+ 13. the layout moved to 1g.18gb x 7: MIG stays on, so no reboot; the instances replaced, the node's device plugin pod
+     started again (the plugin reads MIG devices when it starts), 7 nvidia.com/gpu allocatable.
 """
 import datetime
 import json
@@ -200,7 +202,14 @@ def install_mig_double(host):
              "echo /srv/microk8s-test-double/gpus/%s.json > %s/publish" % (MIG_STATE, MIG_STATE, host, MIG_STATE))
     subprocess.run(["docker", "cp", str(FIXTURES / "h200_580_capture.xml"), "%s:%s/report.xml" % (host, MIG_STATE)],
                    check=True)
-    put(host, "/usr/local/bin/nvidia-smi", MIG_DOUBLE.read_text())
+    subprocess.run(["docker", "cp", str(MIG_DOUBLE), "%s:%s/nvidia_smi_mig.py" % (host, MIG_STATE)], check=True)
+    put(host, "/usr/local/bin/nvidia-smi", "#!/bin/sh\n# TEST DOUBLE (tests/test_doubles/nvidia_smi)\n"
+                                           "exec python3 %s/nvidia_smi_mig.py \"$@\"\n" % MIG_STATE)
+
+
+def set_mig_layout(host, layout):
+    (WORK / "inventory" / "host_vars" / (host + ".yml")).write_text(
+        "gpu_sharing_layout:\n  - mode: mig\n    layout: %s\n" % layout)
 
 
 def mig_published(host):
@@ -435,11 +444,17 @@ def main():
 
     step("12. a MIG layout for sim-gpu1: drain, MIG mode, a real reboot, the instances made at boot, Kubernetes told, verify")
     set_pin("1.17.9")
-    (cluster_dir / "rolling_gpu_support.yml").write_text("microk8s_gpu_support: device_plugin\n")
     (WORK / "inventory" / "host_vars").mkdir(exist_ok=True)
-    (WORK / "inventory" / "host_vars" / "sim-gpu1.yml").write_text(
-        "gpu_sharing_layout:\n  - mode: mig\n    layout: {\"3g.71gb\": 2}\n")
+    set_mig_layout("sim-gpu1", '{"3g.71gb": 2}')
     install_mig_double("sim-gpu1")
+    # The lab's cluster runs the nvidia addon: refused before any node is touched.
+    offset = calls_offset()
+    code, log = upgrade("12-mig-addon")
+    wanted = "sim-gpu1: rolling_upgrade_gpu_sharing_layout gives GPUs a MIG layout, which Kubernetes learns from NVIDIA's"
+    if code == 0 or wanted not in " ".join(log.split()) or [c for c in calls_since(offset)[0] if c["argv"][1] != "get"] \
+            or sh("sim-gpu1", "cat %s/calls.log 2>/dev/null || true" % MIG_STATE).strip():
+        fail("run 12-mig-addon: expected %r before any change (exit %d); see %s" % (wanted, code, WORK / "12-mig-addon.log"))
+    (cluster_dir / "rolling_gpu_support.yml").write_text("microk8s_gpu_support: device_plugin\n")
     restarts_before = container("sim-gpu1")[0]
     offset = calls_offset()
     code, log = upgrade("12-mig")
@@ -478,6 +493,23 @@ def main():
         fail("run 12-mig-again: exit %d, changed per host %s" % (code, changed))
     print("rolling-lab: sim-gpu1 took the path to 3g.71gb x 2 through a real reboot; the unit made the instances at boot; "
           "Kubernetes shows 2 MIG devices; a second run changed nothing")
+
+    step("13. sim-gpu1's layout to 1g.18gb x 7: MIG stays on, no reboot; the instances replaced, the device plugin started "
+         "again, 7 MIG devices allocatable")
+    set_mig_layout("sim-gpu1", '{"1g.18gb": 7}')
+    restarts_before = container("sim-gpu1")[0]
+    offset = calls_offset()
+    code, log = upgrade("13-mig-layout")
+    calls = calls_since(offset)[0]
+    node = json.loads(sh(HEAD, "/snap/bin/microk8s kubectl get node sim-gpu1 -o json"))
+    shown = (node["metadata"]["labels"].get("dlinfra.io/gpu.mig-layout"), node["status"]["allocatable"].get("nvidia.com/gpu"),
+             container("sim-gpu1")[0] - restarts_before, bool(node.get("spec", {}).get("unschedulable")))
+    if code != 0 or shown != ("7x1g.18gb", "7", 0, False):
+        fail("run 13-mig-layout: exit %d; sim-gpu1 (mig-layout label, nvidia.com/gpu, reboots, cordoned): %s; see %s"
+             % (code, shown, WORK / "13-mig-layout.log"))
+    if not [c for c in calls if c["argv"][1:3] == ["delete", "pod"] and "spec.nodeName=sim-gpu1" in c["argv"]]:
+        fail("run 13-mig-layout: the device plugin's pod on sim-gpu1 was not started again")
+    print("rolling-lab: the new layout replaced the instances without a reboot; the restarted plugin advertises 7")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 

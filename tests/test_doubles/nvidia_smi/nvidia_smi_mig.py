@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""TEST DOUBLE of nvidia-smi for MIG: a recorded `nvidia-smi -q -x` report, and MIG state kept as a real GPU keeps it.
+"""TEST DOUBLE of nvidia-smi for MIG (`python3 nvidia_smi_mig.py ARGS`, from a wrapper named nvidia-smi): a recorded
+`nvidia-smi -q -x` report, and MIG state kept as a real GPU keeps it.
 
 What it honours, with the output formats of NVIDIA's MIG user guide and of the driver:
   -q -x                          the recorded report, each GPU's <mig_mode> and <mig_devices> from the state
@@ -8,6 +8,7 @@ What it honours, with the output formats of NVIDIA's MIG user guide and of the d
   mig -lgip [-i N]               the GPU instance profiles of the model, with free and total instances
   mig -cgi P[:S][,...] [-C] [-i N]  GPU instances (profile id or name, optional placement start), -C a compute
                                  instance in each
+  mig -cci [ID] -gi G [-i N]     the default compute instance (the whole GPU instance) in GPU instance G
   mig -lgi [-i N], mig -lci [-i N]  the instances, as tables
   mig -dci [-i N], mig -dgi [-i N]  every compute or GPU instance destroyed (compute ones first, as the driver asks)
 
@@ -18,7 +19,7 @@ names the processes that hold the GPUs (as nvidia-persistenced or DCGM would), s
 reset is refused. The environment variables NVIDIA_SMI_DOUBLE_STATE_DIR and NVIDIA_SMI_DOUBLE_RUN_DIR move the two.
 STATE_DIR/publish, when present, names a file where every call leaves the GPUs as NVIDIA's device plugin would find
 them (each GPU's index, MIG mode and its MIG devices' profiles): the microk8s test double reads it to advertise them.
-Every command that changes something (-mig, -r, mig -cgi/-dci/-dgi) is appended to STATE_DIR/calls.log, a JSON line
+Every command that changes something (-mig, -r, mig -cgi/-cci/-dci/-dgi) is appended to STATE_DIR/calls.log, a JSON line
 with its time and arguments, the record the tests read.
 
 Profiles (ids, sizes, placements) of the two models it reports, from the MIG user guide's H100 and H200 tables.
@@ -175,7 +176,7 @@ def create(state, tree, indexes, spec, with_compute):
         product = gpus_of(tree)[index].findtext("product_name")
         known = profiles(product)
         for item in spec.split(","):
-            name, _, start = item.partition(":")
+            name, start = (item.split(":", 1) + [""])[:2]
             profile = next((p for p in known if name in (str(p["id"]), p["name"], "MIG " + p["name"])), None)
             if profile is None:
                 die("Unable to create a GPU instance on GPU %2d using profile %s: Invalid Argument" % (index, name), 2)
@@ -199,6 +200,21 @@ def create(state, tree, indexes, spec, with_compute):
                 print("Successfully created compute instance ID  0 on GPU %2d GPU instance ID %2d using profile "
                       "MIG %s (ID %2d)" % (index, gi, profile["name"], compute_profile_id(profile["compute"])))
             save(state)
+
+
+def create_compute(state, indexes, gpu_instance):
+    """-cci: the GPU instance's default compute instance (all its slices), where it has none."""
+    for index in indexes:
+        found = [i for i in state["instances"] if i["gpu"] == index and i["gi"] == gpu_instance]
+        if not found:
+            die("Failed to create compute instances: GPU instance %d not found on GPU %2d: Not Found"
+                % (gpu_instance, index), 6)
+        if found[0]["ci"] is not None:
+            die("Unable to create a compute instance on GPU %2d GPU instance ID %2d using profile %d: Insufficient "
+                "Resources" % (index, gpu_instance, compute_profile_id(found[0]["compute"])), 2)
+        found[0]["ci"] = 0
+        print("Successfully created compute instance ID  0 on GPU %2d GPU instance ID %2d using profile MIG %s (ID %2d)"
+              % (index, gpu_instance, found[0]["profile"], compute_profile_id(found[0]["compute"])))
 
 
 def compute_profile_id(compute_slices):
@@ -300,7 +316,7 @@ def full_report(state, tree):
 
 
 def record_call(args):
-    if "-mig" in args or "-r" in args or args[:2] in (["mig", "-cgi"], ["mig", "-dci"], ["mig", "-dgi"]):
+    if "-mig" in args or "-r" in args or args[:2] in (["mig", "-cgi"], ["mig", "-cci"], ["mig", "-dci"], ["mig", "-dgi"]):
         os.makedirs(STATE_DIR, exist_ok=True)
         with open(os.path.join(STATE_DIR, "calls.log"), "a") as log:
             log.write(json.dumps({"time": time.time(), "argv": args}) + "\n")
@@ -321,6 +337,8 @@ def main(args):
         list_profiles(state, tree, selected(args, count))
     elif args[:2] == ["mig", "-cgi"]:
         create(state, tree, selected(args, count), args[2], "-C" in args)
+    elif args[:2] == ["mig", "-cci"] and "-gi" in args:
+        create_compute(state, selected(args, count), int(args[args.index("-gi") + 1]))
     elif args[:2] in (["mig", "-lgi"], ["mig", "-lci"]):
         list_instances(state, selected(args, count), args[1] == "-lci")
     elif args[:2] in (["mig", "-dci"], ["mig", "-dgi"]):

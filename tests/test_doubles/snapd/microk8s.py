@@ -31,7 +31,10 @@ of configs, the node's label nvidia.com/device-plugin.config names its own (else
 config-manager): a time-slicing config advertises each GPU as many times as its replicas, as the plugin does. A MIG
 config (flags.migStrategy single or mixed) advertises the node's MIG devices as the nvidia-smi test double left them in
 GPUS_DIR/<node>.json (tests/test_doubles/nvidia_smi): single, every MIG device as nvidia.com/gpu; mixed, each profile
-as nvidia.com/mig-<profile> and the GPUs without MIG as nvidia.com/gpu.
+as nvidia.com/mig-<profile> and the GPUs without MIG as nvidia.com/gpu. As the real plugin, it reads the MIG devices
+when it starts: when its config-manager restarts it for a new config (the node's label changed), and when its pod on
+the node is deleted (`kubectl delete pod -n NS -l SELECTOR --field-selector spec.nodeName=NODE`, answered as kubectl
+does); until then the node advertises the devices it had.
 
 `kubectl get pods` lists the device plugin's pods: one per node it serves (nvidia addon: namespace
 gpu-operator-resources; the DaemonSet: its namespace), Running while the node is Ready, as a DaemonSet's pods are.
@@ -61,6 +64,7 @@ SHARED = "/srv/microk8s-test-double"
 # The tests' fake sysfs (molecule/microk8s and the simulated lab make one on GPU nodes), else the host's own.
 SYSFS_ROOTS = ("/srv/fake-sysfs", "/sys")
 DEVICE_PLUGIN = "DaemonSet/kube-system/nvidia-device-plugin-daemonset"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
 GPUS_DIR = SHARED + "/gpus"  # a node's GPUs as the nvidia-smi test double publishes them (MIG devices)
 STATE = SHARED + "/cluster.json"
 LOCAL = "/var/snap/microk8s/current"
@@ -508,6 +512,20 @@ def plugin_replicas(node, plugin, cluster):
     return next((int(r["replicas"]) for r in resources if r.get("name") == "nvidia.com/gpu"), 1)
 
 
+def published_gpus(name):
+    """The node's GPUs as the nvidia-smi test double last published them; None where it publishes none."""
+    try:
+        with open(os.path.join(GPUS_DIR, name + ".json")) as handle:
+            return json.load(handle)["gpus"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def plugin_started(name, node):
+    """The device plugin (re)started on the node: it has read the GPUs as they are now."""
+    node["plugin_gpus"] = published_gpus(name)
+
+
 def mig_served(name, node, cluster):
     """{resource: count} of a node whose plugin config has a MIG strategy, from its published GPUs; None otherwise
     (no plugin there, no MIG strategy, nothing published)."""
@@ -515,12 +533,8 @@ def mig_served(name, node, cluster):
     if plugin is None or not gpus_served(node, cluster):
         return None
     strategy = (plugin_config(node, plugin, cluster).get("flags") or {}).get("migStrategy", "none")
-    try:
-        with open(os.path.join(GPUS_DIR, name + ".json")) as handle:
-            gpus = json.load(handle)["gpus"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if strategy not in ("single", "mixed"):
+    gpus = node["plugin_gpus"] if "plugin_gpus" in node else published_gpus(name)
+    if gpus is None or strategy not in ("single", "mixed"):
         return None
     counts = {}
     for gpu in gpus:
@@ -577,8 +591,11 @@ def device_plugin_pods(cluster):
     """The pods a device plugin DaemonSet would run: one per node it serves GPUs on."""
     if cluster["addons"].get("nvidia", {}).get("status") == "enabled":
         namespace, prefix = "gpu-operator-resources", "nvidia-device-plugin-daemonset"
+        labels = {"app": prefix}
     elif DEVICE_PLUGIN in cluster["objects"]:
         namespace, prefix = DEVICE_PLUGIN.split("/")[1], DEVICE_PLUGIN.split("/")[2]
+        labels = ((cluster["objects"][DEVICE_PLUGIN]["spec"]["template"].get("metadata") or {}).get("labels")
+                  or {"app": prefix})
     else:
         return []
     pods = []
@@ -589,7 +606,7 @@ def device_plugin_pods(cluster):
         suffix = hashlib.sha256(name.encode()).hexdigest()[:5]
         pods.append({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": "%s-%s" % (prefix, suffix), "namespace": namespace,
-                                  "labels": {"app": prefix}},
+                                  "labels": dict(labels)},
                      "spec": {"nodeName": name},
                      "status": {"phase": "Running" if node["ready"] else "Unknown"}})
     return pods
@@ -643,7 +660,29 @@ def kubectl_label(args, cluster):
             node["labels"] = before
             die("error: '%s' already has a value (%s), and --overwrite is false" % (key, before[key]))
         node["labels"][key] = value
+    if node["labels"].get(CONFIG_LABEL) != before.get(CONFIG_LABEL):
+        plugin_started(name, node)  # the config-manager restarts the plugin with the node's new config
     out("node/%s %s" % (name, "labeled" if node["labels"] != before else "not labeled"))
+
+
+def kubectl_delete(args, cluster):
+    """kubectl delete pod -n NAMESPACE -l KEY=VALUE --field-selector spec.nodeName=NODE: the device plugin's pods only
+    (the DaemonSet starts each again at once, and it reads the node's GPUs)."""
+    namespace = take(args, "-n", "--namespace", default="default")
+    selector = take(args, "-l", "--selector", default="")
+    field = take(args, "--field-selector", default="")
+    if args[:1] != ["pod"] or not selector or not field.startswith("spec.nodeName="):
+        die("error: this test double deletes device plugin pods by label and node only")
+    wanted = dict(item.split("=", 1) for item in selector.split(","))
+    pods = [pod for pod in device_plugin_pods(cluster)
+            if pod["metadata"]["namespace"] == namespace and pod["spec"]["nodeName"] == field.split("=", 1)[1]
+            and all(pod["metadata"]["labels"].get(key) == value for key, value in wanted.items())]
+    if not pods:
+        out("No resources found")
+    for pod in pods:
+        plugin_started(pod["spec"]["nodeName"], cluster["nodes"][pod["spec"]["nodeName"]])
+        out('pod "%s" deleted' % pod["metadata"]["name"])
+    return 0
 
 
 def kubectl_cordon(args, cluster, unschedulable=True):
@@ -801,7 +840,8 @@ def cmd_kubectl(args):
     refuse_on_worker("kubectl")
     verb, rest = args[0], list(args[1:])
     handlers = {"get": kubectl_get, "label": kubectl_label, "apply": kubectl_apply, "cordon": kubectl_cordon,
-                "uncordon": lambda a, c: kubectl_cordon(a, c, unschedulable=False), "drain": kubectl_drain}
+                "uncordon": lambda a, c: kubectl_cordon(a, c, unschedulable=False), "drain": kubectl_drain,
+                "delete": kubectl_delete}
     if verb not in handlers:
         die("error: this test double knows kubectl %s" % ", ".join(sorted(handlers)))
     with cluster_state() as state:

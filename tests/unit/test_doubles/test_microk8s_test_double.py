@@ -199,3 +199,26 @@ def test_a_mig_config_without_published_gpus_advertises_the_gpus_on_pci(tmp_path
     state = plugin_with_configs(cluster(), MIG_CONFIGS)
     the_node = full_node(2, **{"nvidia.com/gpu.present": "true", "nvidia.com/device-plugin.config": "mig-single"})
     assert double.node_object("gpu1", the_node, state)["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+
+
+def test_the_plugin_reads_the_mig_devices_when_it_starts_so_a_new_layout_needs_its_pod_restarted(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(double, "GPUS_DIR", str(tmp_path))
+    published = tmp_path / "gpu1.json"
+    published.write_text(json.dumps({"gpus": [{"index": 0, "mig": True, "mig_devices": ["3g.71gb", "3g.71gb"]}]}))
+    state = plugin_with_configs(cluster(), MIG_CONFIGS)
+    state["objects"][double.DEVICE_PLUGIN]["spec"]["template"]["metadata"] = {"labels": {"name": "nvidia-device-plugin-ds"}}
+    state["nodes"] = {"gpu1": full_node(1, **{"nvidia.com/gpu.present": "true"})}
+    double.kubectl_label(["node", "gpu1", "nvidia.com/device-plugin.config=mig-single"], state)  # the config-manager
+    published.write_text(json.dumps({"gpus": [{"index": 0, "mig": True, "mig_devices": ["1g.18gb"] * 7}]}))
+
+    def gpus():
+        return double.node_object("gpu1", state["nodes"]["gpu1"], state)["status"]["allocatable"]["nvidia.com/gpu"]
+    assert gpus() == "2"  # the running plugin has not seen the new instances
+    double.kubectl_delete(["pod", "-n", "kube-system", "-l", "name=nvidia-device-plugin-ds",
+                           "--field-selector", "spec.nodeName=gpu1"], state)
+    assert gpus() == "7"
+    double.kubectl_delete(["pod", "-n", "kube-system", "-l", "name=other", "--field-selector=spec.nodeName=gpu1"], state)
+    assert capsys.readouterr().out.splitlines()[-2:] == ['pod "nvidia-device-plugin-daemonset-%s" deleted'
+                                                         % double.hashlib.sha256(b"gpu1").hexdigest()[:5],
+                                                         "No resources found"]

@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -26,7 +27,8 @@ def smi(tmp_path):
                NVIDIA_SMI_DOUBLE_RUN_DIR=str(tmp_path / "run"))
 
     def run(*args):
-        done = subprocess.run([str(DOUBLE)] + list(args), env=env, capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, str(DOUBLE)] + list(args), env=env, capture_output=True, text=True,
+                              check=False)
         return done.returncode, done.stdout
     run.root = tmp_path
     return run
@@ -83,3 +85,14 @@ def test_every_call_publishes_the_gpus_as_the_device_plugin_finds_them(smi):
     shutil.rmtree(smi.root / "run")  # a reboot: the instances are gone once anything calls nvidia-smi
     smi("mig", "-lgi")
     assert json.loads(publish.read_text())["gpus"][0]["mig_devices"] == []
+
+
+def test_a_gpu_instance_made_without_c_gets_its_compute_instance_from_cci(smi):
+    smi("-mig", "1")
+    assert smi("mig", "-cgi", "9")[0] == 0
+    assert parse_compute_instances(smi("mig", "-lci")[1]) == []
+    code, out = smi("mig", "-cci", "-gi", "1", "-i", "0")
+    assert code == 0 and out.startswith("Successfully created compute instance ID  0 on GPU  0 GPU instance ID  1")
+    assert [ci["gpu_instance_id"] for ci in parse_compute_instances(smi("mig", "-lci")[1])] == [1]
+    assert smi("mig", "-cci", "-gi", "1")[0] != 0  # it has one
+    assert smi("mig", "-cci", "-gi", "5")[0] != 0  # no such GPU instance

@@ -1,8 +1,10 @@
 """nvidia_mig's main() against the stateful nvidia-smi test double (tests/test_doubles/nvidia_smi): the commands it
 runs, what they leave, check mode and diff, the reset and the reboot a pending mode needs, bad input."""
 
+import os
 import pathlib
 import shutil
+import sys
 
 import pytest
 
@@ -16,11 +18,15 @@ H100_1G_X7 = [{"profile": "1g.10gb", "profile_id": 19, "start": start} for start
 
 
 class Node:
-    """The double's state and run directories; boot() is a reboot (the run directory, a tmpfs on a node, emptied)."""
+    """The double's state and run directories; boot() is a reboot (the run directory, a tmpfs on a node, emptied).
+    ``smi``: the double's wrapper, as a node has it on PATH."""
 
     def __init__(self, root, report, monkeypatch):
         self.state, self.run = root / "state", root / "run"
         self.state.mkdir()
+        self.smi = root / "nvidia-smi"
+        self.smi.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, DOUBLE))
+        self.smi.chmod(0o755)
         shutil.copy(REPORTS / report, self.state / "report.xml")
         monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE_DIR", str(self.state))
         monkeypatch.setenv("NVIDIA_SMI_DOUBLE_RUN_DIR", str(self.run))
@@ -44,7 +50,8 @@ def h100x2(tmp_path, monkeypatch):
 
 
 def apply(module_result, layout, check_mode=False, diff=False, **options):
-    args = dict(layout=layout, nvidia_smi_path=str(DOUBLE), **options)
+    args = dict(layout=layout, nvidia_smi_path=str(pathlib.Path(os.environ["NVIDIA_SMI_DOUBLE_STATE_DIR"]).parent
+                                                   / "nvidia-smi"), **options)
     if diff:
         args["_ansible_diff"] = True
     return module_result(nvidia_mig.main, args, check_mode=check_mode)
@@ -104,7 +111,7 @@ def test_a_mode_the_reset_cannot_apply_waits_for_the_reboot_then_the_layout_is_m
     h100x2.boot()
     after = apply(module_result, {"0": H100_3G_X2})
     assert [argv[1:3] for argv in after["commands"]] == [["mig", "-cgi"]] and not after["reboot_required"]
-    assert after["create_commands"] == [[str(DOUBLE), "mig", "-cgi", "9:0,9:4", "-C", "-i", "0"]]
+    assert after["create_commands"] == [[str(h100x2.smi), "mig", "-cgi", "9:0,9:4", "-C", "-i", "0"]]
 
 
 def test_without_reset_the_mode_waits_for_the_reboot(h100x2, module_result):

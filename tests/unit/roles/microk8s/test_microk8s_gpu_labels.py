@@ -70,6 +70,7 @@ def test_a_mig_layout_is_labelled_once_its_instances_exist():
     before = gpu_labels(**declared)  # MIG off on the H200: whole until the rolling path makes the instances
     assert before["dlinfra.io/gpu.sharing"] == "none" and before["nvidia.com/device-plugin.config"] == "whole"
     in_place = dict(H200, gpus=[dict(H200["gpus"][0], mig_mode_current=True, mig_device_count=2)])
-    after = gpu_labels(**dict(declared, __microk8s_gpu=in_place))
+    declared["__microk8s_gpu"] = in_place
+    after = gpu_labels(**declared)
     assert after["dlinfra.io/gpu.sharing"] == "mig" and after["nvidia.com/device-plugin.config"] == "mig-single"
     assert after["nvidia.com/mig-3g.71gb.count"] == "2"
