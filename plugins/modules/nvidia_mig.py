@@ -153,11 +153,9 @@ def pending(gpus):
 
 def shown(gpus, lgi, lci):
     """Each GPU's mode and its instances that have a compute instance (profile@start), for the result and the diff."""
-    with_compute = {(ci["gpu"], ci["gpu_instance_id"]) for ci in parse_compute_instances(lci)}
-    instances = parse_gpu_instances(lgi)
+    layout = current_layout(lgi, lci)
     return [{"index": gpu["index"], "mig": bool(gpu["mig_mode_current"]), "mig_pending": bool(gpu["mig_mode_pending"]),
-             "instances": sorted("%s@%d" % (gi["profile"], gi["start"]) for gi in instances
-                                 if gi["gpu"] == gpu["index"] and (gi["gpu"], gi["instance_id"]) in with_compute)}
+             "instances": sorted("%s@%d" % (item["profile"], item["start"]) for item in layout.get(str(gpu["index"]), []))}
             for gpu in gpus]
 
 

@@ -4,14 +4,23 @@
 
 The device plugin advertises what it finds on the node with the config the node's labels name: whole GPUs (those on
 PCI) as ``nvidia.com/gpu``, each as many times as the replicas where the node is time-sliced, and where it shares by
-MIG its MIG devices - every one as ``nvidia.com/gpu`` under the single strategy, each profile as
-``nvidia.com/mig-<profile>`` and the GPUs without MIG as ``nvidia.com/gpu`` under the mixed one. Read from what is
-there (the labels the microk8s role set, the MIG devices nvidia-smi lists), so a rollback is checked as a change is.
+MIG the MIG devices the GPUs have. The node is described as _gpu_sharing's settings and counted by the same
+``allocatable`` that the microk8s role's config comes from. Read from what is there (the labels the microk8s role set,
+the MIG devices nvidia-smi lists), so a rollback is checked as a change is.
 """
 
-from ansible_collections.dlinfra.gpu_cluster.plugins.module_utils.k8s_jobs import mig_resource
+from ansible_collections.dlinfra.gpu_cluster.plugins.plugin_utils._gpu_sharing.device_plugin import GPU_RESOURCE, allocatable
 
-GPU = "nvidia.com/gpu"
+
+def _mig_setting(gpu):
+    """A GPU as the nvidia_mig module read it (mig, instances as 'profile@start'), as a resolved setting."""
+    if not (gpu["mig"] and gpu["instances"]):
+        return {"mode": "whole"}
+    layout = {}
+    for instance in gpu["instances"]:
+        profile = instance.split("@")[0]
+        layout[profile] = layout.get(profile, 0) + 1
+    return {"mode": "mig", "layout": layout}
 
 
 def expected_allocatable(labels, pci_gpus, mig_gpus):
@@ -21,21 +30,10 @@ def expected_allocatable(labels, pci_gpus, mig_gpus):
     nvidia_mig module's ``gpus`` (index, mig, instances as 'profile@start'); empty where MIG is not read.
     """
     sharing = labels.get("dlinfra.io/gpu.sharing", "none")
-    if sharing == "time-sliced":
-        replicas = str(labels.get("nvidia.com/gpu.replicas") or "1")
-        counts = {GPU: pci_gpus * max(1, int(replicas) if replicas.isdigit() else 1)}
-    elif sharing == "mig":
-        single = labels.get("nvidia.com/mig.strategy") == "single"
-        counts = {}
-        for gpu in mig_gpus:
-            if not gpu["mig"]:
-                counts[GPU] = counts.get(GPU, 0) + (0 if single else 1)
-            for instance in gpu["instances"]:
-                resource = GPU if single else mig_resource(instance.split("@")[0])
-                counts[resource] = counts.get(resource, 0) + 1
-    else:
-        counts = {GPU: pci_gpus}
-    return {resource: count for resource, count in sorted(counts.items()) if count}
+    if sharing == "mig":
+        return allocatable([_mig_setting(gpu) for gpu in mig_gpus])
+    replicas = str(labels.get("nvidia.com/gpu.replicas") or "1") if sharing == "time-sliced" else "1"
+    return allocatable([{"mode": "whole", "replicas": max(1, int(replicas) if replicas.isdigit() else 1)}] * pci_gpus)
 
 
 def allocatable_problem(node, pci_gpus, mig_gpus):
@@ -43,7 +41,7 @@ def allocatable_problem(node, pci_gpus, mig_gpus):
     else what it shows and what was expected."""
     metadata, status = (node or {}).get("metadata") or {}, (node or {}).get("status") or {}
     shown = {key: int(value) for key, value in sorted((status.get("allocatable") or {}).items())
-             if (key == GPU or key.startswith("nvidia.com/mig-")) and int(value)}
+             if (key == GPU_RESOURCE or key.startswith("nvidia.com/mig-")) and int(value)}
     wanted = expected_allocatable(metadata.get("labels") or {}, pci_gpus, mig_gpus or [])
     if shown == wanted:
         return ""

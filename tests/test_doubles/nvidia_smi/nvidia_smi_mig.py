@@ -281,7 +281,7 @@ def list_profiles(state, tree, indexes):
         own = [i for i in state["instances"] if i["gpu"] == index]
         used = {slot for i in own for slot in range(i["start"], i["start"] + i["size"])}
         for profile in profiles(gpus_of(tree)[index].findtext("product_name")):
-            total = 1 if profile["pattern"] in _ONCE else len(profile["starts"]) if profile["size"] > 1 else 7
+            total = 1 if profile["pattern"] in _ONCE else len(profile["starts"])
             free_starts = [s for s in profile["starts"] if not used & set(range(s, s + profile["size"]))]
             free = min(total, len(free_starts)) - (1 if profile["pattern"] in _ONCE and any(
                 i["profile_id"] == profile["id"] for i in own) else 0)
