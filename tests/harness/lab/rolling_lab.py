@@ -54,6 +54,7 @@ STATE_FILE = "/var/lib/dlinfra/rolling_upgrade.json"
 DOUBLE_DIR = "/usr/local/lib/dlinfra-rolling-test-double"
 MIG_DOUBLE = ROOT / "tests" / "test_doubles" / "nvidia_smi" / "nvidia_smi_mig.py"
 MIG_STATE = "/var/lib/nvidia-smi-test-double"  # the MIG double's state on the node (its mode survives a reboot)
+GPU_AGENT = "dlinfra-test-gpu-agent"  # a service that holds the GPUs, not in rolling_upgrade_gpu_holders
 NODES = ("sim-gpu1", "sim-gpu2")
 HEAD = "sim-head"
 
@@ -186,20 +187,30 @@ def install_busy_double():
         "#!/bin/sh\n# TEST DOUBLE (tests/harness/lab/rolling_lab.py): a GPU with one process\ncat %s/nvidia-smi.xml\n" % DOUBLE_DIR)
 
 
-def put(host, path, text):
-    """Write an executable file on the host (through a local file and docker cp: no shell quoting)."""
+def put(host, path, text, mode=0o755):
+    """Write a file on the host, executable unless MODE says (through a local file and docker cp: no shell quoting)."""
     local = WORK / pathlib.Path(path).name
     local.write_text(text)
-    local.chmod(0o755)
+    local.chmod(mode)
     subprocess.run(["docker", "cp", str(local), "%s:%s" % (host, path)], check=True)
 
 
 def install_mig_double(host):
     """TEST DOUBLE of nvidia-smi on the host that keeps MIG state (tests/test_doubles/nvidia_smi), over a real H200's
-    report; a client holds the GPU (a new MIG mode stays pending, a reset is refused); every call publishes the GPUs
-    where the MicroK8s double's device plugin reads them."""
-    sh(host, "mkdir -p %s /srv/microk8s-test-double/gpus && echo nvidia-persistenced > %s/clients && "
-             "echo /srv/microk8s-test-double/gpus/%s.json > %s/publish" % (MIG_STATE, MIG_STATE, host, MIG_STATE))
+    report; two services hold the GPU while they run (a new MIG mode stays pending, a reset is refused): the driver
+    package's nvidia-persistenced, which the role stops, and an agent of the site's that the role is not told of; every
+    call publishes the GPUs where the MicroK8s double's device plugin reads them."""
+    sh(host, "mkdir -p %s /srv/microk8s-test-double/gpus /etc/systemd/system/nvidia-persistenced.service.d && "
+             "printf '%%s\\n' nvidia-persistenced %s > %s/clients && "
+             "echo /srv/microk8s-test-double/gpus/%s.json > %s/publish" % (MIG_STATE, GPU_AGENT, MIG_STATE, host, MIG_STATE))
+    # The lab has no GPU for the daemons to open: each sleeps in their place, a process that holds nothing but runs.
+    put(host, "/etc/systemd/system/nvidia-persistenced.service.d/test-double.conf",
+        "# TEST DOUBLE (tests/harness/lab/rolling_lab.py): the daemon, with no GPU to keep\n"
+        "[Service]\nType=exec\nExecStart=\nExecStart=/bin/sleep infinity\n", mode=0o644)
+    put(host, "/etc/systemd/system/%s.service" % GPU_AGENT,
+        "# TEST DOUBLE (tests/harness/lab/rolling_lab.py): an agent of the site's that holds the GPUs open\n"
+        "[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n", mode=0o644)
+    sh(host, "systemctl daemon-reload && systemctl restart nvidia-persistenced && systemctl enable -q --now %s" % GPU_AGENT)
     subprocess.run(["docker", "cp", str(FIXTURES / "h200_580_capture.xml"), "%s:%s/report.xml" % (host, MIG_STATE)],
                    check=True)
     subprocess.run(["docker", "cp", str(MIG_DOUBLE), "%s:%s/nvidia_smi_mig.py" % (host, MIG_STATE)], check=True)
@@ -207,9 +218,14 @@ def install_mig_double(host):
                                            "exec python3 %s/nvidia_smi_mig.py \"$@\"\n" % MIG_STATE)
 
 
-def set_mig_layout(host, layout):
+def set_mig_layout(host, layout, extra=""):
     (WORK / "inventory" / "host_vars" / (host + ".yml")).write_text(
-        "gpu_sharing_layout:\n  - mode: mig\n    layout: %s\n" % layout)
+        "gpu_sharing_layout:\n  - mode: mig\n    layout: %s\n%s" % (layout, extra) if layout else
+        "gpu_sharing_layout:\n  - mode: whole\n%s" % extra)
+
+
+def active(host, *units):
+    return sh(host, "systemctl is-active %s || true" % " ".join(units)).split()
 
 
 def mig_published(host):
@@ -464,12 +480,15 @@ def main():
     restarts, started = container("sim-gpu1")
     if restarts != restarts_before + 1:
         fail("run 12-mig: sim-gpu1 was not rebooted for its pending MIG mode (restarts %d -> %d)" % (restarts_before, restarts))
-    # What the nvidia-smi double was asked to change: the mode (pending: a client holds the GPU), a reset (refused), then
-    # after the reboot the instances, made by the boot unit.
+    # What the nvidia-smi double was asked to change: the mode (pending: the agent holds the GPU, persistenced was
+    # stopped), a reset (refused), then after the reboot the instances, made by the boot unit.
     changes = [json.loads(line) for line in sh("sim-gpu1", "cat %s/calls.log" % MIG_STATE).splitlines()]
     wanted = [["-i", "0", "-mig"], ["-r", "-i", "0"], ["mig", "-cgi", "9:0,9:4"]]
-    if [call["argv"][:3] for call in changes] != wanted or not changes[1]["time"] < started < changes[2]["time"]:
+    if [call["argv"][:3] for call in changes] != wanted or not changes[1]["time"] < started < changes[2]["time"] \
+            or [call["clients"] for call in changes[:2]] != [[GPU_AGENT], [GPU_AGENT]]:
         fail("run 12-mig: the MIG commands on sim-gpu1 (the reboot at %.2f): %s" % (started, changes))
+    if active("sim-gpu1", "nvidia-persistenced", GPU_AGENT) != ["active", "active"]:
+        fail("run 12-mig: nvidia-persistenced and %s are not running again on sim-gpu1" % GPU_AGENT)
     expect_path(calls, "sim-gpu1", changes[0]["time"], reboot_at=started)
     if events(calls, "sim-gpu2", ("cordon", "drain", "uncordon")) or events(calls, HEAD, ("cordon", "drain", "uncordon")):
         fail("run 12-mig: sim-gpu2 or the head was cordoned or drained")
@@ -510,6 +529,29 @@ def main():
     if not [c for c in calls if c["argv"][1:3] == ["delete", "pod"] and "spec.nodeName=sim-gpu1" in c["argv"]]:
         fail("run 13-mig-layout: the device plugin's pod on sim-gpu1 was not started again")
     print("rolling-lab: the new layout replaced the instances without a reboot; the restarted plugin advertises 7")
+
+    step("14. sim-gpu1 back to a whole GPU, the agent now in rolling_upgrade_gpu_holders: every holder stopped, MIG off "
+         "at once (no reset, no reboot), the holders started again, the boot unit removed, 1 GPU allocatable")
+    set_mig_layout("sim-gpu1", None, "rolling_upgrade_gpu_holders: [nvidia-persistenced, nvidia-fabricmanager, "
+                                     "nvidia-dcgm, dcgm, nvsm, %s]\n" % GPU_AGENT)
+    restarts_before = container("sim-gpu1")[0]
+    known = len(sh("sim-gpu1", "cat %s/calls.log" % MIG_STATE).splitlines())
+    code, log = upgrade("14-mig-off")
+    changes = [json.loads(line) for line in sh("sim-gpu1", "cat %s/calls.log" % MIG_STATE).splitlines()[known:]]
+    shown = ([(call["argv"][:3], call["clients"]) for call in changes], container("sim-gpu1")[0] - restarts_before)
+    wanted = ([(["mig", "-dci", "-i"], []), (["mig", "-dgi", "-i"], []), (["-i", "0", "-mig"], [])], 0)
+    if code != 0 or shown != wanted:
+        fail("run 14-mig-off: exit %d; the MIG commands on sim-gpu1 with the clients holding the GPU then, and its reboots: "
+             "%s; see %s" % (code, shown, WORK / "14-mig-off.log"))
+    if active("sim-gpu1", "nvidia-persistenced", GPU_AGENT) != ["active", "active"] \
+            or sh("sim-gpu1", "ls /etc/systemd/system/dlinfra-mig-layout.service 2>/dev/null || true").strip():
+        fail("run 14-mig-off: the holders are not running again on sim-gpu1, or the boot unit is left")
+    node = json.loads(sh(HEAD, "/snap/bin/microk8s kubectl get node sim-gpu1 -o json"))
+    shown = (node["metadata"]["labels"].get("dlinfra.io/gpu.sharing"), node["status"]["allocatable"].get("nvidia.com/gpu"),
+             mig_published("sim-gpu1"), bool(node.get("spec", {}).get("unschedulable")))
+    if shown != ("none", "1", [{"index": 0, "mig": False, "mig_devices": []}], False):
+        fail("run 14-mig-off: sim-gpu1 (sharing label, nvidia.com/gpu, its GPU, cordoned): %s" % (shown,))
+    print("rolling-lab: MIG off without a reset or a reboot once every holder was stopped; they run again; 1 GPU")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 

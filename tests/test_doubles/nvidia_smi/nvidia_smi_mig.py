@@ -15,18 +15,20 @@ What it honours, with the output formats of NVIDIA's MIG user guide and of the d
 The state, as on a real node: the MIG mode survives a reboot (STATE_DIR, default /var/lib/nvidia-smi-test-double), the
 instances do not (RUN_DIR, default /run/nvidia-smi-test-double, a tmpfs): a RUN_DIR without the state file is a boot,
 and a pending mode takes effect then. STATE_DIR/report.xml is the recorded report; STATE_DIR/clients, when present,
-names the processes that hold the GPUs (as nvidia-persistenced or DCGM would), so a mode change stays pending and a
-reset is refused. The environment variables NVIDIA_SMI_DOUBLE_STATE_DIR and NVIDIA_SMI_DOUBLE_RUN_DIR move the two.
+names systemd services that hold the GPUs while they are active (as nvidia-persistenced, the fabric manager or DCGM
+do): while one is, a mode change stays pending and a reset is refused. The environment variables
+NVIDIA_SMI_DOUBLE_STATE_DIR and NVIDIA_SMI_DOUBLE_RUN_DIR move the two.
 STATE_DIR/publish, when present, names a file where every call leaves the GPUs as NVIDIA's device plugin would find
 them (each GPU's index, MIG mode and its MIG devices' profiles): the microk8s test double reads it to advertise them.
 Every command that changes something (-mig, -r, mig -cgi/-cci/-dci/-dgi) is appended to STATE_DIR/calls.log, a JSON line
-with its time and arguments, the record the tests read.
+with its time, its arguments and the clients that held the GPUs then, the record the tests read.
 
 Profiles (ids, sizes, placements) of the two models it reports, from the MIG user guide's H100 and H200 tables.
 """
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from xml.etree import ElementTree
@@ -110,11 +112,14 @@ def save(state):
 
 
 def clients():
+    """The services of STATE_DIR/clients that are active now (systemctl on PATH answers)."""
     try:
         with open(os.path.join(STATE_DIR, "clients")) as handle:
-            return [line.strip() for line in handle if line.strip()]
+            names = [line.strip() for line in handle if line.strip()]
     except FileNotFoundError:
         return []
+    return [name for name in names
+            if subprocess.run(["systemctl", "is-active", "--quiet", name], check=False).returncode == 0]
 
 
 def selected(args, count):
@@ -319,7 +324,7 @@ def record_call(args):
     if "-mig" in args or "-r" in args or args[:2] in (["mig", "-cgi"], ["mig", "-cci"], ["mig", "-dci"], ["mig", "-dgi"]):
         os.makedirs(STATE_DIR, exist_ok=True)
         with open(os.path.join(STATE_DIR, "calls.log"), "a") as log:
-            log.write(json.dumps({"time": time.time(), "argv": args}) + "\n")
+            log.write(json.dumps({"time": time.time(), "argv": args, "clients": clients()}) + "\n")
 
 
 def main(args):

@@ -23,8 +23,13 @@ H200 = ROOT / "tests" / "unit" / "plugins" / "module_utils" / "fixtures" / "nvid
 def smi(tmp_path):
     (tmp_path / "state").mkdir()
     shutil.copy(H200, tmp_path / "state" / "report.xml")
+    # systemctl is-active --quiet NAME: NAME is active while bin/active/NAME exists.
+    (tmp_path / "bin" / "active").mkdir(parents=True)
+    (tmp_path / "bin" / "systemctl").write_text('#!/bin/sh\ntest -e "$(dirname "$0")/active/$3"\n')
+    (tmp_path / "bin" / "systemctl").chmod(0o755)
     env = dict(os.environ, NVIDIA_SMI_DOUBLE_STATE_DIR=str(tmp_path / "state"),
-               NVIDIA_SMI_DOUBLE_RUN_DIR=str(tmp_path / "run"))
+               NVIDIA_SMI_DOUBLE_RUN_DIR=str(tmp_path / "run"),
+               PATH="%s:%s" % (tmp_path / "bin", os.environ["PATH"]))
 
     def run(*args):
         done = subprocess.run([sys.executable, str(DOUBLE)] + list(args), env=env, capture_output=True, text=True,
@@ -61,6 +66,7 @@ def test_what_the_gpu_refuses(smi):
 
 def test_a_held_gpu_keeps_its_mode_pending_until_a_boot_which_drops_the_instances(smi):
     (smi.root / "state" / "clients").write_text("nvidia-persistenced\n")
+    (smi.root / "bin" / "active" / "nvidia-persistenced").touch()
     code, out = smi("-mig", "1")
     assert code == 0 and "pending enable state" in out
     assert smi("-r", "-i", "0")[0] == 255
@@ -71,8 +77,21 @@ def test_a_held_gpu_keeps_its_mode_pending_until_a_boot_which_drops_the_instance
     assert len(parse_gpu_instances(smi("mig", "-lgi")[1])) == 1
     shutil.rmtree(smi.root / "run")
     assert smi("mig", "-lgi") == (6, "No GPU instances found: Not Found\n")
-    calls = [json.loads(line)["argv"] for line in (smi.root / "state" / "calls.log").read_text().splitlines()]
-    assert calls == [["-mig", "1"], ["-r", "-i", "0"], ["mig", "-cgi", "19", "-C"]]  # what changes, in order
+    calls = [json.loads(line) for line in (smi.root / "state" / "calls.log").read_text().splitlines()]
+    assert [(call["argv"], call["clients"]) for call in calls] == [  # what changes, in order, and who held the GPU
+        (["-mig", "1"], ["nvidia-persistenced"]), (["-r", "-i", "0"], ["nvidia-persistenced"]),
+        (["mig", "-cgi", "19", "-C"], ["nvidia-persistenced"])]
+
+
+def test_a_client_service_that_is_stopped_holds_nothing(smi):
+    (smi.root / "state" / "clients").write_text("nvidia-persistenced\nnvidia-fabricmanager\n")
+    (smi.root / "bin" / "active" / "nvidia-fabricmanager").touch()
+    assert "pending enable state" in smi("-i", "0", "-mig", "1")[1]
+    (smi.root / "bin" / "active" / "nvidia-fabricmanager").unlink()
+    assert smi("-r", "-i", "0") == (0, "GPU 00000000:00:06.0 was successfully reset.\nAll done.\n")
+    assert parse_nvidia_smi_xml(smi("-q", "-x")[1])["gpus"][0]["mig_mode_current"]
+    calls = [json.loads(line) for line in (smi.root / "state" / "calls.log").read_text().splitlines()]
+    assert [call["clients"] for call in calls] == [["nvidia-fabricmanager"], []]
 
 
 def test_every_call_publishes_the_gpus_as_the_device_plugin_finds_them(smi):

@@ -28,11 +28,16 @@ class Node:
         self.smi.write_text('#!/bin/sh\nexec %s %s "$@"\n' % (sys.executable, DOUBLE))
         self.smi.chmod(0o755)
         shutil.copy(REPORTS / report, self.state / "report.xml")
+        # The double asks systemctl whether a client service is active: here every one named is.
+        (root / "bin").mkdir()
+        (root / "bin" / "systemctl").write_text("#!/bin/sh\nexit 0\n")
+        (root / "bin" / "systemctl").chmod(0o755)
+        monkeypatch.setenv("PATH", "%s:%s" % (root / "bin", os.environ["PATH"]))
         monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE_DIR", str(self.state))
         monkeypatch.setenv("NVIDIA_SMI_DOUBLE_RUN_DIR", str(self.run))
 
     def hold(self):
-        """A client (as nvidia-persistenced) holds the GPUs: a new mode stays pending, a reset is refused."""
+        """A client (an active nvidia-persistenced) holds the GPUs: a new mode stays pending, a reset is refused."""
         (self.state / "clients").write_text("nvidia-persistenced\n")
 
     def boot(self):
