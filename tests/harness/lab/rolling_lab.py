@@ -552,6 +552,28 @@ def main():
     if shown != ("none", "1", [{"index": 0, "mig": False, "mig_devices": []}], False):
         fail("run 14-mig-off: sim-gpu1 (sharing label, nvidia.com/gpu, its GPU, cordoned): %s" % (shown,))
     print("rolling-lab: MIG off without a reset or a reboot once every holder was stopped; they run again; 1 GPU")
+
+    step("15. a MIG layout for sim-gpu2 while it is in no cluster yet (its microk8s command moved away, as before its "
+         "first run): set without a cordon or a drain, no reboot, the boot unit enabled")
+    install_mig_double("sim-gpu2")
+    set_mig_layout("sim-gpu2", '{"3g.71gb": 2}', "rolling_upgrade_gpu_holders: [nvidia-persistenced, %s]\n" % GPU_AGENT)
+    sh("sim-gpu2", "mv /snap/bin/microk8s /snap/bin/microk8s.away")
+    restarts_before = container("sim-gpu2")[0]
+    offset = calls_offset()
+    try:
+        code, log = upgrade("15-mig-first")
+    finally:
+        sh("sim-gpu2", "mv /snap/bin/microk8s.away /snap/bin/microk8s")
+    changes = [json.loads(line) for line in sh("sim-gpu2", "cat %s/calls.log" % MIG_STATE).splitlines()]
+    shown = ([(call["argv"][:3], call["clients"]) for call in changes], container("sim-gpu2")[0] - restarts_before,
+             events(calls_since(offset)[0], "sim-gpu2"), active("sim-gpu2", "nvidia-persistenced", GPU_AGENT),
+             sh("sim-gpu2", "systemctl is-enabled dlinfra-mig-layout.service || true").strip())
+    wanted = ([(["-i", "0", "-mig"], []), (["mig", "-cgi", "9:0,9:4"], [])], 0, [], ["active", "active"], "enabled")
+    said = "sim-gpu2: MIG: GPU 0 MIG off -> 3g.71gb@0, 3g.71gb@4: its MIG layout is set without a drain"
+    if code != 0 or shown != wanted or said not in " ".join(log.split()):
+        fail("run 15-mig-first: exit %d; sim-gpu2's MIG commands with the clients then, reboots, Kubernetes events, "
+             "holders, boot unit: %s; see %s" % (code, shown, WORK / "15-mig-first.log"))
+    print("rolling-lab: a node in no cluster yet took its layout without a drain or a reboot")
     print("rolling-lab: passed in %.0f s; the logs are under %s" % (time.monotonic() - begun, WORK))
 
 
